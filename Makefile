@@ -1,0 +1,72 @@
+# zerokit: see README.md. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+STACK ?= cpu
+PYTHON ?= python3
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+# A folder of wheels that are not on PyPI (the CPU torch build) or of every wheel (air-gapped).
+WHEELHOUSE ?= $(wildcard /opt/wheels)
+DS_WHEEL_DIR := build/wheels/$(STACK)
+DS_WHEEL_STAMP := $(DS_WHEEL_DIR)/.built
+LOCK := containers/lock/$(STACK).txt
+STACK_FILE := containers/stacks/$(STACK).toml
+STACK_CMD := PYTHONPATH=src $(PYTHON) -m zerokit.stack $(STACK)
+# Project-local JIT cache: never ~/.cache/torch_extensions, which other environments clobber.
+export TORCH_EXTENSIONS_DIR := $(CURDIR)/build/torch_extensions
+PYTEST_ARGS ?=
+
+ifneq ($(WHEELHOUSE),)
+PIP_SOURCES := --find-links $(WHEELHOUSE)
+else
+PIP_SOURCES = --extra-index-url $(shell $(STACK_CMD) get extra_index_url)
+endif
+export PIP_FIND_LINKS := $(WHEELHOUSE)
+UV ?= $(VENV)/bin/uv
+UV_COMPILE = $(UV) pip compile --generate-hashes --no-header $(PIP_SOURCES) \
+  --python-version $(shell $(STACK_CMD) get python) --python-platform x86_64-manylinux_2_28
+
+.PHONY: help sysdeps venv demo test lint lock clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+sysdeps:  ## install the system packages the environment needs (as root on Debian/Ubuntu)
+	@containers/install-sysdeps
+
+$(VENV)/.lock-$(STACK): $(LOCK) | sysdeps
+	$(PYTHON) -m venv $(VENV)
+	containers/install-lock $(VPY) $(STACK)
+	$(VPY) -m pip install --quiet --no-deps --require-hashes -r containers/lock/dev.txt
+	touch $@
+
+$(DS_WHEEL_STAMP): $(VENV)/.lock-$(STACK) $(STACK_FILE) containers/build-ds-wheel containers/portable-cc
+	rm -rf $(DS_WHEEL_DIR) && mkdir -p $(DS_WHEEL_DIR)
+	containers/build-ds-wheel $(VPY) $(STACK) $(DS_WHEEL_DIR)
+	touch $@
+
+$(VENV)/.ready-$(STACK): $(DS_WHEEL_STAMP) pyproject.toml
+	$(VPY) -m pip install --quiet --no-deps --force-reinstall $(DS_WHEEL_DIR)/deepspeed-*.whl
+	$(VPY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(VPY) -m zerokit ops-gate $(STACK)
+	touch $@
+
+venv: $(VENV)/.ready-$(STACK)  ## create .venv from the lock, with DeepSpeed's ops prebuilt
+
+demo: venv  ## the main job: 2 CPU ranks, ZeRO-3, embedded default, into runs/demo/
+	$(VENV)/bin/zerokit demo --output runs/demo --overwrite
+
+test: venv  ## run the test suite
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+lint: venv  ## ruff
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+lock:  ## re-resolve containers/lock/$(STACK).txt from the stack's pins (needs uv)
+	{ echo "# Top-level pins of $(STACK_FILE); regenerate with: make lock STACK=$(STACK)"; $(STACK_CMD) requirements; } > containers/lock/$(STACK).in
+	$(UV_COMPILE) containers/lock/$(STACK).in -o $(LOCK)
+	$(UV_COMPILE) containers/lock/dev.in -c containers/lock/cpu.txt -o containers/lock/dev.txt
+
+clean:  ## remove the environment and build outputs (not runs/)
+	rm -rf $(VENV) build

@@ -1,0 +1,52 @@
+"""The zerokit command line: `zerokit <command> ...`, and the entrypoints `train`, `doctor`, ... on PATH.
+
+One table from command to the function behind it; each module is imported only when its
+command runs, so `--help` stays fast and does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from zerokit.errors import UserError
+
+# command -> ("module:function" taking argv and returning an exit code, one-line summary)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("zerokit.train:main", "train a causal LM with the HF Trainer and DeepSpeed ZeRO"),
+    "launch": ("zerokit.launch.cli:main", "start ranks of train (or any command) locally or across nodes"),
+    "generate": ("zerokit.generate:main", "generate text from a trained model folder"),
+    "demo": ("zerokit.demo:main", "the main job: 2 CPU ranks, ZeRO-3, embedded default, then a sample"),
+    "doctor": ("zerokit.not_yet:doctor", "preflight checks (not yet implemented)"),
+    "prepare": ("zerokit.not_yet:prepare", "stage models and data for offline nodes (not yet implemented)"),
+    "bench": ("zerokit.not_yet:bench", "scaling and start-up report (not yet implemented)"),
+    "ops-gate": ("zerokit.ops_gate:main", "fail unless every DeepSpeed op of a stack is prebuilt and loads"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: zerokit <command> [args...]", "", "commands:"]
+    lines += [f"  {name:<10} {summary}" for name, (_, summary) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"error: unknown command {name!r}\n{usage()}", file=sys.stderr)
+        return 2
+    module_name, function_name = COMMANDS[name][0].split(":")
+    function = getattr(importlib.import_module(module_name), function_name)
+    try:
+        return function(rest)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Datasets for causal-LM training: find the source, load it, tokenize, group into blocks (as run_clm does)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+
+from zerokit.errors import UserError
+
+TEXT_SUFFIXES = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv"}
+SOURCE_HELP = "a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder, or a Hub dataset name"
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """Where the text comes from: a loader name and its files, a save_to_disk folder, or a Hub name."""
+
+    kind: str  # "files", "disk" or "hub"
+    location: str
+    loader: str = ""
+    data_files: tuple[str, ...] = ()
+
+
+def looks_like_path(name: str) -> bool:
+    return name.startswith(("/", "./", "../", "~")) or Path(name).suffix in TEXT_SUFFIXES or Path(name).exists()
+
+
+def resolve_source(name: str) -> DatasetSource:
+    """Decide how to load `--dataset NAME`; a path that does not exist is an error, not a Hub lookup."""
+    if not looks_like_path(name):
+        return DatasetSource(kind="hub", location=name)
+    path = Path(name).expanduser()
+    if not path.exists():
+        raise UserError(f"dataset not found: {path} (give {SOURCE_HELP})")
+    if path.is_file():
+        loader = TEXT_SUFFIXES.get(path.suffix)
+        if loader is None:
+            raise UserError(f"dataset {path}: unknown file type {path.suffix!r} (give {SOURCE_HELP})")
+        return DatasetSource(kind="files", location=str(path), loader=loader, data_files=(str(path),))
+    if (path / "dataset_dict.json").is_file() or (path / "dataset_info.json").is_file():
+        return DatasetSource(kind="disk", location=str(path))
+    texts = sorted(str(p) for p in path.rglob("*.txt"))
+    if not texts:
+        raise UserError(f"dataset folder {path} has no .txt files and is not a save_to_disk folder (give {SOURCE_HELP})")
+    return DatasetSource(kind="files", location=str(path), loader="text", data_files=tuple(texts))
+
+
+def load_raw(source: DatasetSource, validation_percent: int, seed: int, splits: dict[str, str] | None = None):
+    """Load the text as a DatasetDict with "train" and "validation" (split off train if there is none)."""
+    import datasets
+
+    if splits:  # explicit split files (the embedded corpus)
+        raw = datasets.load_dataset("text", data_files=splits)
+    elif source.kind == "disk":
+        raw = datasets.load_from_disk(source.location)
+    elif source.kind == "hub":
+        raw = datasets.load_dataset(source.location)
+    else:
+        raw = datasets.load_dataset(source.loader, data_files={"train": list(source.data_files)})
+    if isinstance(raw, datasets.Dataset):
+        raw = datasets.DatasetDict(train=raw)
+    if "validation" not in raw:
+        parts = raw["train"].train_test_split(test_size=validation_percent / 100, seed=seed)
+        raw = datasets.DatasetDict(train=parts["train"], validation=parts["test"])
+    return raw
+
+
+def tokenize_and_group(raw, tokenizer, text_column: str, block_size: int, num_proc: int | None = None):
+    """Tokenize every line (EOS appended), concatenate, cut into block_size chunks with labels = inputs."""
+    columns = raw["train"].column_names
+    if text_column not in columns:
+        raise UserError(f"dataset has no column {text_column!r}; it has {columns}: pass --text-column NAME")
+
+    def tokenize(batch):
+        texts = [t + tokenizer.eos_token for t in batch[text_column] if t and t.strip()]
+        return tokenizer(texts)
+
+    def group(batch):
+        joined = {k: list(chain.from_iterable(batch[k])) for k in batch}
+        total = (len(joined["input_ids"]) // block_size) * block_size
+        blocks = {k: [v[i : i + block_size] for i in range(0, total, block_size)] for k, v in joined.items()}
+        blocks["labels"] = [ids.copy() for ids in blocks["input_ids"]]
+        return blocks
+
+    tokenized = raw.map(tokenize, batched=True, remove_columns=columns, num_proc=num_proc, desc="tokenizing")
+    return tokenized.map(group, batched=True, num_proc=num_proc, desc=f"grouping into blocks of {block_size}")

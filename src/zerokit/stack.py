@@ -1,0 +1,150 @@
+"""Stacks: pinned version sets, read from `containers/stacks/<name>.toml`.
+
+A stack is data. This module reads it and derives what the build needs from it:
+the top-level requirements that `make lock` resolves, and the environment that
+builds DeepSpeed's ops (`DS_BUILD_*`, `TORCH_CUDA_ARCH_LIST`, the portable CPU target).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from zerokit.errors import UserError
+from zerokit.paths import STACKS_DIR
+
+# DeepSpeed op name (as in `installed_ops`) -> the variable that prebuilds it.
+DS_BUILD_VARS: dict[str, str] = {
+    "async_io": "DS_BUILD_AIO",
+    "cpu_adagrad": "DS_BUILD_CPU_ADAGRAD",
+    "cpu_adam": "DS_BUILD_CPU_ADAM",
+    "cpu_lion": "DS_BUILD_CPU_LION",
+    "deepspeed_ccl_comm": "DS_BUILD_CCL_COMM",
+    "deepspeed_shm_comm": "DS_BUILD_SHM_COMM",
+    "evoformer_attn": "DS_BUILD_EVOFORMER_ATTN",
+    "fused_adam": "DS_BUILD_FUSED_ADAM",
+    "fused_lamb": "DS_BUILD_FUSED_LAMB",
+    "fused_lion": "DS_BUILD_FUSED_LION",
+    "inference_core_ops": "DS_BUILD_INFERENCE_CORE_OPS",
+    "pin_memory": "DS_BUILD_PIN_MEMORY",
+    "quantizer": "DS_BUILD_QUANTIZER",
+    "transformer_inference": "DS_BUILD_TRANSFORMER_INFERENCE",
+    "utils": "DS_BUILD_UTILS",
+}
+
+# gcc -march level -> the SIMD macro DeepSpeed's CPU kernels are compiled with.
+SIMD_FOR_TARGET: dict[str, str] = {
+    "x86-64": "-D__SCALAR__",
+    "x86-64-v2": "-D__SCALAR__",
+    "x86-64-v3": "-D__AVX256__",
+    "x86-64-v4": "-D__AVX512__",
+}
+
+
+class StackError(UserError):
+    """A stack file that is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    description: str
+    base_image: str
+    python: str
+    accelerator: str
+    cuda: str
+    torch_cuda_arch_list: str
+    cpu_target: str
+    ds_ops: tuple[str, ...]
+    extra_index_url: str
+    packages: dict[str, str]
+
+    @property
+    def lock_file(self) -> Path:
+        return STACKS_DIR.parent / "lock" / f"{self.name}.txt"
+
+    def version(self, package: str) -> str:
+        return self.packages[package]
+
+    def requirements(self) -> list[str]:
+        """Top-level `name==version` lines, the input of `make lock`."""
+        return [f"{name}=={version}" for name, version in self.packages.items()]
+
+    def ds_build_env(self) -> dict[str, str]:
+        """Environment for building the DeepSpeed wheel with exactly this stack's ops."""
+        env = {"DS_BUILD_OPS": "0", "ZEROKIT_CPU_TARGET": self.cpu_target}
+        env.update({DS_BUILD_VARS[op]: "1" for op in self.ds_ops})
+        if self.accelerator == "cuda":
+            env["DS_ACCELERATOR"] = "cuda"
+            env["TORCH_CUDA_ARCH_LIST"] = self.torch_cuda_arch_list
+        else:
+            env["DS_ACCELERATOR"] = "cpu"
+        return env
+
+
+def load_stack(name_or_path: str) -> Stack:
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = STACKS_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in STACKS_DIR.glob("*.toml")))
+        raise StackError(f"no stack {name_or_path!r}: pick one of {known} (files in {STACKS_DIR})")
+    data = tomllib.loads(path.read_text())
+    try:
+        stack = Stack(
+            name=data["name"],
+            description=data["description"],
+            base_image=data["base_image"],
+            python=data["python"],
+            accelerator=data["accelerator"],
+            cuda=data["cuda"],
+            torch_cuda_arch_list=data["torch_cuda_arch_list"],
+            cpu_target=data["cpu_target"],
+            ds_ops=tuple(data["ds_ops"]),
+            extra_index_url=data["extra_index_url"],
+            packages=dict(data["packages"]),
+        )
+    except KeyError as missing:
+        raise StackError(f"{path}: missing key {missing}; see containers/stacks/cpu.toml for the format") from None
+    unknown = [op for op in stack.ds_ops if op not in DS_BUILD_VARS]
+    if unknown:
+        raise StackError(f"{path}: unknown DeepSpeed op(s) {unknown}; known: {sorted(DS_BUILD_VARS)}")
+    if stack.cpu_target not in SIMD_FOR_TARGET:
+        raise StackError(f"{path}: cpu_target {stack.cpu_target!r} is not one of {sorted(SIMD_FOR_TARGET)}")
+    if stack.accelerator == "cuda" and not stack.torch_cuda_arch_list:
+        raise StackError(f"{path}: a cuda stack needs an explicit torch_cuda_arch_list, e.g. \"8.0;9.0\"")
+    return stack
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zerokit.stack STACK FIELD`: print one derived value for the Makefile and Dockerfile."""
+    parser = argparse.ArgumentParser(prog="python -m zerokit.stack", description=main.__doc__)
+    parser.add_argument("stack")
+    parser.add_argument("field", choices=["requirements", "ds-build-env", "lock-file", "version", "get"])
+    parser.add_argument("key", nargs="?", help="package name (version) or stack key (get)")
+    args = parser.parse_args(argv)
+    try:
+        stack = load_stack(args.stack)
+    except StackError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.field == "requirements":
+        print("\n".join(stack.requirements()))
+    elif args.field == "ds-build-env":
+        print(" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(stack.ds_build_env().items())))
+    elif args.field == "lock-file":
+        print(stack.lock_file)
+    elif args.field == "version":
+        print(stack.version(args.key))
+    else:
+        value = getattr(stack, args.key.replace("-", "_"))
+        print(" ".join(value) if isinstance(value, tuple) else value)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,300 @@
+"""`train`: causal-LM training with the Hugging Face Trainer and DeepSpeed ZeRO (the run_clm job).
+
+zerokit's own flags are parsed here; every other flag is a `TrainingArguments` flag and goes
+to HfArgumentParser, so `--learning_rate`, `--max_steps`, `--bf16` ... work as in run_clm.
+Input is checked before torch is imported, so a typo fails in a second, not after start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from zerokit.errors import UserError
+from zerokit.paths import CONFIGS_DIR
+
+# Defaults for the embedded default job (tiny model, generated corpus), sized for a 2-core CPU.
+EMBEDDED_TRAINING_DEFAULTS = {
+    "learning_rate": 3e-3,
+    "warmup_steps": 20,
+    "max_steps": 300,
+    "per_device_train_batch_size": 16,
+    "per_device_eval_batch_size": 32,
+    "weight_decay": 0.01,
+}
+# Defaults for every job; a flag on the command line wins.
+TRAINING_DEFAULTS = {
+    "report_to": "none",
+    "logging_steps": 10,
+    "save_strategy": "no",
+    "seed": 42,
+    "ddp_find_unused_parameters": False,
+}
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """zerokit's own `train` flags (the TrainingArguments ones are kept apart)."""
+
+    ds_config: Path | None
+    output_dir: Path
+    overwrite: bool
+    model: str | None
+    model_type: str | None
+    from_scratch: bool
+    config_overrides: str | None
+    tokenizer: str | None
+    dataset: str | None
+    text_column: str
+    validation_split_percentage: int
+    block_size: int | None
+    nproc_per_node: int
+
+    @property
+    def embedded(self) -> bool:
+        return self.model is None and self.model_type is None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="train",
+        description="Train a causal LM with the HF Trainer and DeepSpeed ZeRO. With no --model/--dataset, "
+        "trains the embedded default (tiny GPT-2 on a generated corpus). Any TrainingArguments flag "
+        "(--learning_rate, --max_steps, --bf16, ...) is passed through.",
+    )
+    add = parser.add_argument
+    add("--config", default="zero2", help="DeepSpeed config: a JSON path or a bundled name "
+        f"({', '.join(sorted(p.stem for p in CONFIGS_DIR.glob('*.json')))}); 'none' trains without DeepSpeed")
+    add("--output-dir", "--output_dir", default="runs/train", help="where the model and results go")
+    add("--overwrite", action="store_true", help="write into an output folder that is not empty")
+    add("--model", help="Hub id or local folder, loaded with from_pretrained")
+    add("--model-type", help="train from scratch from a fresh config of this type (e.g. gpt2, llama)")
+    add("--from-scratch", action="store_true", help="take only the config of --model; random weights")
+    add("--config-overrides", help='config changes for training from scratch, e.g. "n_layer=4,n_embd=128"')
+    add("--tokenizer", help="tokenizer Hub id or folder (default: the model's)")
+    add("--dataset", help="a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder or a Hub name")
+    add("--text-column", default="text", help="column holding the text in jsonl/csv/Arrow data")
+    add("--validation-split-percentage", type=int, default=5, help="eval split taken from train when none exists")
+    add("--block-size", type=int, help="tokens per training sequence (default: the model's maximum, at most 1024)")
+    add("--nproc-per-node", type=int, default=1, help="start this many local ranks (CPU cores or GPUs)")
+    return parser
+
+
+def resolve_ds_config(name: str) -> Path | None:
+    """A path, or the name of a bundled config; checked to be JSON with a zero_optimization stage."""
+    if name == "none":
+        return None
+    path = Path(name)
+    if not path.exists() and not path.is_absolute():
+        bundled = CONFIGS_DIR / (name if name.endswith(".json") else f"{name}.json")
+        if bundled.exists():
+            path = bundled
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in CONFIGS_DIR.glob("*.json")))
+        raise UserError(f"DeepSpeed config not found: {name} (give a JSON file or one of: {known})")
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise UserError(f"DeepSpeed config {path} is not valid JSON (line {error.lineno}: {error.msg}); "
+                        "fix the file or pick a bundled one (--config zero2|zero3|zero3-offload)") from None
+    if not isinstance(config, dict):
+        raise UserError(f"DeepSpeed config {path} must be a JSON object with a zero_optimization section")
+    return path.resolve()
+
+
+def check_output_dir(path: Path, overwrite: bool) -> None:
+    if path.exists() and not path.is_dir():
+        raise UserError(f"output {path} exists and is a file: pick another --output-dir")
+    if path.is_dir() and any(path.iterdir()) and not overwrite:
+        raise UserError(f"output folder {path} exists and is not empty: pick another --output-dir, "
+                        "or pass --overwrite to write into it")
+
+
+def parse(argv: list[str]) -> tuple[TrainOptions, list[str]]:
+    """Split argv into zerokit's options (validated) and the TrainingArguments flags."""
+    namespace, hf_argv = build_parser().parse_known_args(argv)
+    if namespace.nproc_per_node < 1:
+        raise UserError(f"--nproc-per-node must be at least 1, got {namespace.nproc_per_node}")
+    options = TrainOptions(
+        ds_config=resolve_ds_config(namespace.config),
+        output_dir=Path(namespace.output_dir),
+        overwrite=namespace.overwrite,
+        model=namespace.model,
+        model_type=namespace.model_type,
+        from_scratch=namespace.from_scratch,
+        config_overrides=namespace.config_overrides,
+        tokenizer=namespace.tokenizer,
+        dataset=namespace.dataset,
+        text_column=namespace.text_column,
+        validation_split_percentage=namespace.validation_split_percentage,
+        block_size=namespace.block_size,
+        nproc_per_node=namespace.nproc_per_node,
+    )
+    if options.from_scratch and not options.model:
+        raise UserError("--from-scratch needs --model (whose config is used); or use --model-type")
+    if options.dataset:
+        from zerokit.data import resolve_source
+
+        resolve_source(options.dataset)  # raises for a missing path
+    return options, hf_argv
+
+
+def main(argv: list[str]) -> int:
+    options, hf_argv = parse(argv)
+    # Every rank checks before the rendezvous; nothing is written to the output folder before it.
+    check_output_dir(options.output_dir, options.overwrite)
+    from zerokit.launch.environment import in_distributed_job
+
+    if options.nproc_per_node > 1 and not in_distributed_job(os.environ):
+        from zerokit.launch.local import run_local
+
+        return run_local(options.nproc_per_node, ["train", *_without_nproc(argv)])
+    return run(options, hf_argv)
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """argv minus --nproc-per-node N, so each rank does not spawn again."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--nproc-per-node", "--nproc_per_node"):
+            skip = True
+        elif not arg.startswith(("--nproc-per-node=", "--nproc_per_node=")):
+            out.append(arg)
+    return out
+
+
+def run(options: TrainOptions, hf_argv: list[str]) -> int:
+    """Build everything and train; called once per rank."""
+    from zerokit.launch.environment import ensure_single_process_env
+
+    ensure_single_process_env(os.environ)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    import torch
+    from transformers import HfArgumentParser, Trainer, TrainingArguments, default_data_collator, set_seed
+
+    on_gpu = torch.cuda.is_available()
+    parser = HfArgumentParser(TrainingArguments)
+    parser.set_defaults(**TRAINING_DEFAULTS)
+    if options.embedded:
+        parser.set_defaults(**EMBEDDED_TRAINING_DEFAULTS)
+    if on_gpu and torch.cuda.is_bf16_supported():
+        parser.set_defaults(bf16=True)
+    forced = ["--output_dir", str(options.output_dir)]
+    if options.ds_config:
+        forced += ["--deepspeed", str(options.ds_config)]
+    if not on_gpu:
+        forced += ["--use_cpu", "true"]
+    (args,) = parser.parse_args_into_dataclasses(hf_argv + forced)
+    set_seed(args.seed)
+
+    tokenizer = load_tokenizer(options)
+    model = load_model(options, tokenizer)
+    block_size = pick_block_size(options, tokenizer, model)
+    with args.main_process_first(desc="dataset"):
+        datasets = load_datasets(options, tokenizer, block_size, args.seed)
+
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=datasets["train"],
+        eval_dataset=datasets["validation"],
+        processing_class=tokenizer,
+        data_collator=default_data_collator,
+    )
+    result = trainer.train()
+    trainer.save_model()
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    trainer.save_state()
+
+    metrics = trainer.evaluate()
+    metrics["perplexity"] = math.exp(metrics["eval_loss"]) if metrics["eval_loss"] < 700 else math.inf
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+    _shutdown_distributed()
+    return 0
+
+
+def load_tokenizer(options: TrainOptions):
+    from transformers import AutoTokenizer
+
+    if options.embedded or (options.model_type and not options.tokenizer):
+        from zerokit.embedded import prepare_embedded
+
+        _, folder = prepare_embedded(embedded_cache_dir())
+        return AutoTokenizer.from_pretrained(folder)
+    return AutoTokenizer.from_pretrained(options.tokenizer or options.model)
+
+
+def load_model(options: TrainOptions, tokenizer):
+    """from_pretrained for --model; a fresh config for the embedded default, --model-type or --from-scratch."""
+    from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM
+
+    if options.model and not options.from_scratch:
+        if options.config_overrides:
+            raise UserError("--config-overrides only applies when training from scratch: add --from-scratch")
+        return AutoModelForCausalLM.from_pretrained(options.model)
+    if options.model:
+        config = AutoConfig.from_pretrained(options.model)
+    elif options.model_type:
+        if options.model_type not in CONFIG_MAPPING:
+            raise UserError(f"unknown --model-type {options.model_type!r}; e.g. gpt2, llama, mistral, qwen2")
+        config = CONFIG_MAPPING[options.model_type]()
+    else:
+        from zerokit.embedded import GPT2_SIZE
+
+        config = CONFIG_MAPPING["gpt2"](**GPT2_SIZE)
+    config.vocab_size = len(tokenizer)
+    config.bos_token_id = config.eos_token_id = tokenizer.eos_token_id
+    config.pad_token_id = tokenizer.pad_token_id
+    if options.config_overrides:
+        try:
+            config.update_from_string(options.config_overrides)
+        except ValueError as error:
+            raise UserError(f"--config-overrides {options.config_overrides!r}: {error}; "
+                            'format: "key=value,key=value" with keys of the model config') from None
+    return AutoModelForCausalLM.from_config(config)
+
+
+def pick_block_size(options: TrainOptions, tokenizer, model) -> int:
+    model_max = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", 1024)
+    if options.block_size:
+        if options.block_size > model_max:
+            raise UserError(f"--block-size {options.block_size} exceeds the model's maximum {model_max}")
+        return options.block_size
+    return min(model_max, tokenizer.model_max_length, 1024)
+
+
+def load_datasets(options: TrainOptions, tokenizer, block_size: int, seed: int):
+    from zerokit.data import DatasetSource, load_raw, resolve_source, tokenize_and_group
+
+    if options.dataset:
+        raw = load_raw(resolve_source(options.dataset), options.validation_split_percentage, seed)
+    else:
+        from zerokit.embedded import prepare_embedded
+
+        files, _ = prepare_embedded(embedded_cache_dir())
+        raw = load_raw(DatasetSource(kind="files", location="embedded"), 0, seed,
+                       splits={k: str(v) for k, v in files.items()})
+    return tokenize_and_group(raw, tokenizer, options.text_column, block_size)
+
+
+def embedded_cache_dir() -> Path:
+    """Where the embedded corpus and tokenizer are made: `$ZEROKIT_CACHE`, else ~/.cache/zerokit."""
+    return Path(os.environ.get("ZEROKIT_CACHE", Path.home() / ".cache" / "zerokit")) / "embedded"
+
+
+def _shutdown_distributed() -> None:
+    """Leave the process group cleanly; gloo aborts at exit under MPI otherwise."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -1,0 +1,58 @@
+"""Bad input to `train` is refused in one line, with a non-zero exit, before anything is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_zerokit
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]
+
+
+def test_config_that_is_not_json_is_refused(tmp_path: Path, zk_env):
+    bad = tmp_path / "zero3.json"
+    bad.write_text('{"zero_optimization": {"stage": 3,}}')
+    result = run_zerokit(["train", "--config", str(bad), "--output-dir", str(tmp_path / "out")], zk_env)
+    assert result.returncode == 2
+    assert len(error_lines(result.stderr)) == 1
+    assert "is not valid JSON (line 1" in result.stderr and str(bad) in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_bundled_config_lists_the_bundled_ones(tmp_path: Path, zk_env):
+    result = run_zerokit(["train", "--config", "zero4", "--output-dir", str(tmp_path / "out")], zk_env)
+    assert result.returncode == 2
+    assert "DeepSpeed config not found: zero4" in result.stderr
+    assert "zero2, zero3, zero3-offload" in result.stderr
+
+
+def test_missing_dataset_path_is_refused(tmp_path: Path, zk_env):
+    missing = tmp_path / "corpus.txt"
+    result = run_zerokit(["train", "--dataset", str(missing), "--output-dir", str(tmp_path / "out")], zk_env)
+    assert result.returncode == 2
+    assert len(error_lines(result.stderr)) == 1
+    assert f"dataset not found: {missing}" in result.stderr
+
+
+def test_existing_output_folder_is_not_overwritten(tmp_path: Path, zk_env):
+    out = tmp_path / "out"
+    out.mkdir()
+    keep = out / "model.safetensors"
+    keep.write_bytes(b"weights of an earlier run")
+    result = run_zerokit(["train", "--output-dir", str(out)], zk_env)
+    assert result.returncode == 2
+    assert len(error_lines(result.stderr)) == 1
+    assert "exists and is not empty" in result.stderr and "--overwrite" in result.stderr
+    assert keep.read_bytes() == b"weights of an earlier run"
+    assert sorted(p.name for p in out.iterdir()) == ["model.safetensors"]
+
+
+@pytest.mark.parametrize("flag", ["--nproc-per-node=0", "--from-scratch"])
+def test_invalid_flag_combinations(tmp_path: Path, zk_env, flag: str):
+    result = run_zerokit(["train", flag, "--output-dir", str(tmp_path / "out")], zk_env)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ")
