@@ -27,7 +27,18 @@ UV ?= $(VENV)/bin/uv
 UV_COMPILE = $(UV) pip compile --generate-hashes --no-header $(PIP_SOURCES) \
   --python-version $(shell $(STACK_CMD) get python) --python-platform x86_64-manylinux_2_28
 
-.PHONY: help sysdeps venv demo test lint lock clean
+# Images (see Dockerfile): make image STACK=cpu BASE_IMAGE=... TAG=... CA_FILE=... WHEELHOUSE=...
+DOCKER ?= docker
+BASE_IMAGE ?= $(shell $(STACK_CMD) get base_image)
+TAG ?= zerokit:$(STACK)
+CA_FILE ?=
+GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+LOCAL_BASE_IMAGE ?= zerokit/debian:bookworm
+
+SIF ?= train.sif
+APPTAINER ?= $(firstword $(shell command -v apptainer singularity 2>/dev/null))
+
+.PHONY: help sysdeps venv demo test lint lock clean image base-image sif
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -67,6 +78,25 @@ lock:  ## re-resolve containers/lock/$(STACK).txt from the stack's pins (needs u
 	{ echo "# Top-level pins of $(STACK_FILE); regenerate with: make lock STACK=$(STACK)"; $(STACK_CMD) requirements; } > containers/lock/$(STACK).in
 	$(UV_COMPILE) containers/lock/$(STACK).in -o $(LOCK)
 	$(UV_COMPILE) containers/lock/dev.in -c containers/lock/cpu.txt -o containers/lock/dev.txt
+
+base-image:  ## make $(LOCAL_BASE_IMAGE) with debootstrap, for machines that reach no registry
+	DOCKER=$(DOCKER) containers/make-base-image $(LOCAL_BASE_IMAGE)
+
+image:  ## build the Docker image of STACK (reuses build/wheels/STACK from make venv when there)
+	@test -z "$(CA_FILE)" || test -s "$(CA_FILE)" || { echo "error: CA_FILE=$(CA_FILE) is missing or empty" >&2; exit 2; }
+	rm -rf build/wheelhouse && mkdir -p build/wheelhouse build/wheels/$(STACK)
+	$(if $(WHEELHOUSE),cp -l $(WHEELHOUSE)/*.whl build/wheelhouse/ 2>/dev/null || cp $(WHEELHOUSE)/*.whl build/wheelhouse/)
+	DOCKER_BUILDKIT=1 $(DOCKER) build --network host --target runtime -t $(TAG) \
+	  --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg STACK=$(STACK) --build-arg IMAGE_ID=$(STACK)-$(GIT_COMMIT) \
+	  --build-arg APT_RUNTIME="$$($(STACK_CMD) get apt_runtime)" --build-arg APT_BUILD="$$($(STACK_CMD) get apt_build)" \
+	  $$($(STACK_CMD) labels $(GIT_COMMIT) $(BASE_IMAGE)) \
+	  $(if $(CA_FILE),--secret id=site_ca,src=$(CA_FILE)) .
+
+sif:  ## turn image TAG into $(SIF) with Apptainer (or Singularity)
+	@test -n "$(APPTAINER)" || { echo "error: apptainer (or singularity) is not installed: install it \
+	(https://apptainer.org/docs/admin/main/installation.html), or load the image on a machine with apptainer \
+	and docker ($(DOCKER) save $(TAG) | gzip > zerokit-$(STACK).tar.gz; there: docker load) and run make sif there" >&2; exit 2; }
+	$(APPTAINER) build --build-arg IMAGE=$(TAG) --build-arg STACK=$(STACK) $(SIF) apptainer.def
 
 clean:  ## remove the environment and build outputs (not runs/)
 	rm -rf $(VENV) build

@@ -16,18 +16,26 @@ REPO = Path(__file__).resolve().parents[1]
 def zk_env(tmp_path: Path) -> dict[str, str]:
     """Environment for a zerokit subprocess: private caches, so tests neither share nor pollute them."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update({
-        "PYTHONPATH": str(REPO / "src"),
-        "ZEROKIT_CACHE": str(tmp_path / "zerokit-cache"),
-        "HF_HOME": str(tmp_path / "hf-home"),
-        "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch-extensions"),
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONWARNINGS": "ignore",
-    })
+    env.update(
+        {
+            "PYTHONPATH": str(REPO / "src"),
+            "ZEROKIT_CACHE": str(tmp_path / "zerokit-cache"),
+            "HF_HOME": str(tmp_path / "hf-home"),
+            "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch-extensions"),
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONWARNINGS": "ignore",
+        }
+    )
     return env
 
 
 def run_zerokit(args: list[str], env: dict[str, str], timeout: float = 600, cwd: Path | None = None):
     """`python -m zerokit ARGS`; returns the CompletedProcess with text output."""
-    return subprocess.run([sys.executable, "-m", "zerokit", *args], env=env, cwd=cwd or REPO,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "zerokit", *args],
+        env=env,
+        cwd=cwd or REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -12,8 +12,27 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-           "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen"]
+NUMBERS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+]
 ADJECTIVES = ["red", "quick", "small", "old", "brave", "quiet", "green", "clever"]
 # (singular, plural) nouns and (singular, plural) verbs.
 NOUNS = [("fox", "foxes"), ("bird", "birds"), ("cat", "cats"), ("child", "children"), ("horse", "horses")]

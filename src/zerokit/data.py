@@ -42,7 +42,9 @@ def resolve_source(name: str) -> DatasetSource:
         return DatasetSource(kind="disk", location=str(path))
     texts = sorted(str(p) for p in path.rglob("*.txt"))
     if not texts:
-        raise UserError(f"dataset folder {path} has no .txt files and is not a save_to_disk folder (give {SOURCE_HELP})")
+        raise UserError(
+            f"dataset folder {path} has no .txt files and is not a save_to_disk folder (give {SOURCE_HELP})"
+        )
     return DatasetSource(kind="files", location=str(path), loader="text", data_files=tuple(texts))
 
 

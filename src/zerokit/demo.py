@@ -25,9 +25,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def train_argv(args: argparse.Namespace) -> list[str]:
-    argv = ["train", "--config", args.config, "--output-dir", str(args.output),
-            "--nproc-per-node", str(args.nproc_per_node), "--max_steps", str(args.max_steps),
-            "--eval_on_start", "true", "--eval_strategy", "steps", "--eval_steps", str(max(1, args.max_steps // 3))]
+    argv = [
+        "--config",
+        args.config,
+        "--output-dir",
+        str(args.output),
+        "--nproc-per-node",
+        str(args.nproc_per_node),
+        "--max_steps",
+        str(args.max_steps),
+        "--eval_on_start",
+        "true",
+        "--eval_strategy",
+        "steps",
+        "--eval_steps",
+        str(max(1, args.max_steps // 3)),
+    ]
     return argv + (["--overwrite"] if args.overwrite else [])
 
 

@@ -6,6 +6,7 @@ Everything is made locally and deterministically, so `train` with no `--model` a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -26,8 +27,12 @@ def train_tokenizer(files: list[Path], folder: Path):
     from transformers import PreTrainedTokenizerFast
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train([str(f) for f in files], vocab_size=VOCAB_SIZE, min_frequency=2, special_tokens=[EOS], show_progress=False)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=EOS, eos_token=EOS, pad_token=EOS, unk_token=EOS)
+    bpe.train(
+        [str(f) for f in files], vocab_size=VOCAB_SIZE, min_frequency=2, special_tokens=[EOS], show_progress=False
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token=EOS, eos_token=EOS, pad_token=EOS, unk_token=EOS
+    )
     tokenizer.model_max_length = BLOCK_SIZE
     tokenizer.save_pretrained(folder)
     return tokenizer
@@ -46,9 +51,7 @@ def prepare_embedded(folder: Path) -> tuple[dict[str, Path], Path]:
         staged = write_corpus(staging / "corpus")
         train_tokenizer([staged["train"]], staging / "tokenizer")
         for name in ("corpus", "tokenizer"):
-            try:
+            with contextlib.suppress(OSError):  # another rank got there first: its copy is identical
                 (staging / name).rename(folder / name)
-            except OSError:  # another rank got there first: its copy is identical
-                pass
         shutil.rmtree(staging, ignore_errors=True)
     return files, tokenizer_dir

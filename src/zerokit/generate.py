@@ -23,8 +23,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def generate(model_dir: str, prompts: list[str], max_new_tokens: int = 24, temperature: float = 0.0,
-             top_p: float = 1.0, seed: int = 0) -> list[str]:
+def generate(
+    model_dir: str,
+    prompts: list[str],
+    max_new_tokens: int = 24,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+) -> list[str]:
     """Completions (prompt included) for each prompt, one batch, on the GPU when there is one."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
@@ -37,8 +43,12 @@ def generate(model_dir: str, prompts: list[str], max_new_tokens: int = 24, tempe
     batch = tokenizer(prompts, return_tensors="pt", padding=True).to(device)
     sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {}
     with torch.no_grad():
-        out = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                             **({"do_sample": False} | sampling))
+        out = model.generate(
+            **batch,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+            **({"do_sample": False} | sampling),
+        )
     return tokenizer.batch_decode(out, skip_special_tokens=True)
 
 

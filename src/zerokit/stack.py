@@ -62,6 +62,8 @@ class Stack:
     ds_ops: tuple[str, ...]
     extra_index_url: str
     packages: dict[str, str]
+    apt_runtime: tuple[str, ...]
+    apt_build: tuple[str, ...]
 
     @property
     def lock_file(self) -> Path:
@@ -85,6 +87,27 @@ class Stack:
             env["DS_ACCELERATOR"] = "cpu"
         return env
 
+    def labels(self, git_commit: str, base_image: str) -> dict[str, str]:
+        """OCI labels of an image built from this stack on base_image at git_commit."""
+        from zerokit import __version__
+
+        return {
+            "org.opencontainers.image.title": f"zerokit-{self.name}",
+            "org.opencontainers.image.description": self.description,
+            "org.opencontainers.image.version": __version__,
+            "org.opencontainers.image.revision": git_commit,
+            "org.opencontainers.image.base.name": base_image,
+            "io.zerokit.stack": self.name,
+            "io.zerokit.python": self.python,
+            "io.zerokit.torch": self.packages["torch"],
+            "io.zerokit.deepspeed": self.packages["deepspeed"],
+            "io.zerokit.transformers": self.packages["transformers"],
+            "io.zerokit.cuda": self.cuda or "none",
+            "io.zerokit.ds-ops": ",".join(self.ds_ops),
+            "io.zerokit.torch-cuda-arch-list": self.torch_cuda_arch_list or "none",
+            "io.zerokit.cpu-target": self.cpu_target,
+        }
+
 
 def load_stack(name_or_path: str) -> Stack:
     path = Path(name_or_path)
@@ -107,6 +130,8 @@ def load_stack(name_or_path: str) -> Stack:
             ds_ops=tuple(data["ds_ops"]),
             extra_index_url=data["extra_index_url"],
             packages=dict(data["packages"]),
+            apt_runtime=tuple(data["apt"]["runtime"]),
+            apt_build=tuple(data["apt"]["build"]),
         )
     except KeyError as missing:
         raise StackError(f"{path}: missing key {missing}; see containers/stacks/cpu.toml for the format") from None
@@ -116,7 +141,7 @@ def load_stack(name_or_path: str) -> Stack:
     if stack.cpu_target not in SIMD_FOR_TARGET:
         raise StackError(f"{path}: cpu_target {stack.cpu_target!r} is not one of {sorted(SIMD_FOR_TARGET)}")
     if stack.accelerator == "cuda" and not stack.torch_cuda_arch_list:
-        raise StackError(f"{path}: a cuda stack needs an explicit torch_cuda_arch_list, e.g. \"8.0;9.0\"")
+        raise StackError(f'{path}: a cuda stack needs an explicit torch_cuda_arch_list, e.g. "8.0;9.0"')
     return stack
 
 
@@ -124,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m zerokit.stack STACK FIELD`: print one derived value for the Makefile and Dockerfile."""
     parser = argparse.ArgumentParser(prog="python -m zerokit.stack", description=main.__doc__)
     parser.add_argument("stack")
-    parser.add_argument("field", choices=["requirements", "ds-build-env", "lock-file", "version", "get"])
-    parser.add_argument("key", nargs="?", help="package name (version) or stack key (get)")
+    parser.add_argument("field", choices=["requirements", "ds-build-env", "lock-file", "version", "get", "labels"])
+    parser.add_argument("key", nargs="*", help="package (version), stack key (get), or commit and base image (labels)")
     args = parser.parse_args(argv)
     try:
         stack = load_stack(args.stack)
@@ -138,10 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         print(" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(stack.ds_build_env().items())))
     elif args.field == "lock-file":
         print(stack.lock_file)
+    elif args.field == "labels":
+        print(" ".join(f"--label {shlex.quote(f'{k}={v}')}" for k, v in stack.labels(*args.key).items()))
     elif args.field == "version":
-        print(stack.version(args.key))
+        print(stack.version(args.key[0]))
     else:
-        value = getattr(stack, args.key.replace("-", "_"))
+        value = getattr(stack, args.key[0].replace("-", "_"))
         print(" ".join(value) if isinstance(value, tuple) else value)
     return 0
 

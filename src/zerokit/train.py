@@ -68,8 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(--learning_rate, --max_steps, --bf16, ...) is passed through.",
     )
     add = parser.add_argument
-    add("--config", default="zero2", help="DeepSpeed config: a JSON path or a bundled name "
-        f"({', '.join(sorted(p.stem for p in CONFIGS_DIR.glob('*.json')))}); 'none' trains without DeepSpeed")
+    add(
+        "--config",
+        default="zero2",
+        help="DeepSpeed config: a JSON path or a bundled name "
+        f"({', '.join(sorted(p.stem for p in CONFIGS_DIR.glob('*.json')))}); 'none' trains without DeepSpeed",
+    )
     add("--output-dir", "--output_dir", default="runs/train", help="where the model and results go")
     add("--overwrite", action="store_true", help="write into an output folder that is not empty")
     add("--model", help="Hub id or local folder, loaded with from_pretrained")
@@ -100,8 +104,10 @@ def resolve_ds_config(name: str) -> Path | None:
     try:
         config = json.loads(path.read_text())
     except json.JSONDecodeError as error:
-        raise UserError(f"DeepSpeed config {path} is not valid JSON (line {error.lineno}: {error.msg}); "
-                        "fix the file or pick a bundled one (--config zero2|zero3|zero3-offload)") from None
+        raise UserError(
+            f"DeepSpeed config {path} is not valid JSON (line {error.lineno}: {error.msg}); "
+            "fix the file or pick a bundled one (--config zero2|zero3|zero3-offload)"
+        ) from None
     if not isinstance(config, dict):
         raise UserError(f"DeepSpeed config {path} must be a JSON object with a zero_optimization section")
     return path.resolve()
@@ -111,8 +117,10 @@ def check_output_dir(path: Path, overwrite: bool) -> None:
     if path.exists() and not path.is_dir():
         raise UserError(f"output {path} exists and is a file: pick another --output-dir")
     if path.is_dir() and any(path.iterdir()) and not overwrite:
-        raise UserError(f"output folder {path} exists and is not empty: pick another --output-dir, "
-                        "or pass --overwrite to write into it")
+        raise UserError(
+            f"output folder {path} exists and is not empty: pick another --output-dir, "
+            "or pass --overwrite to write into it"
+        )
 
 
 def parse(argv: list[str]) -> tuple[TrainOptions, list[str]]:
@@ -192,6 +200,7 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
     if not on_gpu:
         forced += ["--use_cpu", "true"]
     (args,) = parser.parse_args_into_dataclasses(hf_argv + forced)
+    join_process_group(args, deepspeed=options.ds_config is not None)
     set_seed(args.seed)
 
     tokenizer = load_tokenizer(options)
@@ -220,6 +229,22 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
     trainer.save_metrics("eval", metrics)
     _shutdown_distributed()
     return 0
+
+
+def join_process_group(args, deepspeed: bool) -> None:
+    """Join the process group before the model is built.
+
+    ZeRO-3 partitions the model while it is built (zero.Init) and needs the real world size
+    then. TrainingArguments sets up devices lazily, and on CPU accelerate starts torch.distributed
+    but not deepspeed.comm, which zero.Init asks; so both are started here.
+    """
+    import torch.distributed as dist
+
+    _ = args.device  # accelerate's device and process-group setup
+    if deepspeed and dist.is_initialized():
+        import deepspeed as ds
+
+        ds.init_distributed(dist_backend=dist.get_backend())
 
 
 def load_tokenizer(options: TrainOptions):
@@ -258,8 +283,10 @@ def load_model(options: TrainOptions, tokenizer):
         try:
             config.update_from_string(options.config_overrides)
         except ValueError as error:
-            raise UserError(f"--config-overrides {options.config_overrides!r}: {error}; "
-                            'format: "key=value,key=value" with keys of the model config') from None
+            raise UserError(
+                f"--config-overrides {options.config_overrides!r}: {error}; "
+                'format: "key=value,key=value" with keys of the model config'
+            ) from None
     return AutoModelForCausalLM.from_config(config)
 
 
@@ -281,8 +308,9 @@ def load_datasets(options: TrainOptions, tokenizer, block_size: int, seed: int):
         from zerokit.embedded import prepare_embedded
 
         files, _ = prepare_embedded(embedded_cache_dir())
-        raw = load_raw(DatasetSource(kind="files", location="embedded"), 0, seed,
-                       splits={k: str(v) for k, v in files.items()})
+        raw = load_raw(
+            DatasetSource(kind="files", location="embedded"), 0, seed, splits={k: str(v) for k, v in files.items()}
+        )
     return tokenize_and_group(raw, tokenizer, options.text_column, block_size)
 
 

@@ -20,16 +20,37 @@ def logged_losses(output: Path) -> list[float]:
 @pytest.mark.parametrize("config", ["zero2", "zero3", "zero3-offload"])
 def test_two_ranks_train_save_and_reload(tmp_path: Path, zk_env, config: str):
     out = tmp_path / "run"
-    result = run_zerokit(["train", "--config", config, "--nproc-per-node", "2", "--output-dir", str(out),
-                          "--max_steps", str(STEPS), "--logging_steps", "10"], zk_env)
+    result = run_zerokit(
+        [
+            "train",
+            "--config",
+            config,
+            "--nproc-per-node",
+            "2",
+            "--output-dir",
+            str(out),
+            "--max_steps",
+            str(STEPS),
+            "--logging_steps",
+            "10",
+        ],
+        zk_env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
     losses = logged_losses(out)
     assert len(losses) == STEPS // 10
     assert losses[-1] < 0.6 * losses[0], losses
 
-    for name in ("model.safetensors", "config.json", "tokenizer.json", "trainer_state.json",
-                 "train_results.json", "eval_results.json", "all_results.json"):
+    for name in (
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "trainer_state.json",
+        "train_results.json",
+        "eval_results.json",
+        "all_results.json",
+    ):
         assert (out / name).is_file(), name
     results = json.loads((out / "eval_results.json").read_text())
     assert results["perplexity"] == pytest.approx(2.718281828 ** results["eval_loss"], rel=1e-6)

@@ -20,8 +20,13 @@ def predefined_macros(tmp_path: Path, target: str, *flags: str) -> set[str]:
     if not (shims / "g++").exists():
         (shims / "g++").symlink_to(REPO / "containers/portable-cc")
     env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "ZEROKIT_CPU_TARGET": target}
-    out = subprocess.run(["g++", "-march=native", *flags, "-dM", "-E", "-x", "c++", "/dev/null"],
-                         env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["g++", "-march=native", *flags, "-dM", "-E", "-x", "c++", "/dev/null"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return {line.split()[1] for line in out.splitlines() if line.startswith("#define")}
 
 

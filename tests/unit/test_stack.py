@@ -42,8 +42,15 @@ def test_ds_build_env_requests_exactly_the_stack_ops():
     assert env["DS_ACCELERATOR"] == "cpu"
     assert env["ZEROKIT_CPU_TARGET"] == "x86-64-v3"
     built = sorted(k for k, v in env.items() if k.startswith("DS_BUILD_") and v == "1")
-    assert built == ["DS_BUILD_AIO", "DS_BUILD_CPU_ADAGRAD", "DS_BUILD_CPU_ADAM", "DS_BUILD_CPU_LION",
-                     "DS_BUILD_FUSED_ADAM", "DS_BUILD_PIN_MEMORY", "DS_BUILD_SHM_COMM"]
+    assert built == [
+        "DS_BUILD_AIO",
+        "DS_BUILD_CPU_ADAGRAD",
+        "DS_BUILD_CPU_ADAM",
+        "DS_BUILD_CPU_LION",
+        "DS_BUILD_FUSED_ADAM",
+        "DS_BUILD_PIN_MEMORY",
+        "DS_BUILD_SHM_COMM",
+    ]
 
 
 def write_stack(tmp_path: Path, **changes) -> Path:

@@ -26,8 +26,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Start ranks of a command: `launch --nproc-per-node 2 train --config zero3` "
         "or `launch --nproc-per-node 2 -- python my_script.py`.",
     )
-    parser.add_argument("--nproc-per-node", type=int, default=int(os.environ.get("ZEROKIT_NPROC_PER_NODE", "1")),
-                        help="ranks to start on this node (env: ZEROKIT_NPROC_PER_NODE)")
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=int(os.environ.get("ZEROKIT_NPROC_PER_NODE", "1")),
+        help="ranks to start on this node (env: ZEROKIT_NPROC_PER_NODE)",
+    )
     parser.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: a free one)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     parser.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")

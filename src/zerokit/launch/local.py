@@ -26,8 +26,9 @@ class Command:
     env: dict[str, str]  # variables set on top of the parent's environment
 
 
-def plan_local(nproc: int, argv: Sequence[str], master_port: int, environ: Mapping[str, str],
-               cpu_count: int) -> list[Command]:
+def plan_local(
+    nproc: int, argv: Sequence[str], master_port: int, environ: Mapping[str, str], cpu_count: int
+) -> list[Command]:
     """One Command per local rank: the torch.distributed variables and a fair share of the cores."""
     threads = environ.get("OMP_NUM_THREADS") or str(max(1, cpu_count // nproc))
     shared = {
@@ -38,8 +39,7 @@ def plan_local(nproc: int, argv: Sequence[str], master_port: int, environ: Mappi
         "OMP_NUM_THREADS": threads,
     }
     return [
-        Command(argv=tuple(argv), env={**shared, "RANK": str(rank), "LOCAL_RANK": str(rank)})
-        for rank in range(nproc)
+        Command(argv=tuple(argv), env={**shared, "RANK": str(rank), "LOCAL_RANK": str(rank)}) for rank in range(nproc)
     ]
 
 

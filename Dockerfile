@@ -1,0 +1,65 @@
+# zerokit image: one pinned stack (containers/stacks/$STACK.toml), DeepSpeed's ops prebuilt and gated.
+# Build it with `make image STACK=cpu` (BuildKit): the Makefile turns the stack into the build
+# arguments below, and hands in the site CA file and wheelhouse as mounts, never as layers.
+ARG BASE_IMAGE=debian:bookworm-slim
+
+# ---- system: what every stage and the runtime need ------------------------------------------
+FROM ${BASE_IMAGE} AS system
+ARG APT_RUNTIME
+ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1
+RUN test -n "$APT_RUNTIME" || { echo "APT_RUNTIME is empty: build with make image" >&2; exit 1; } \
+ && apt-get update && apt-get install -y --no-install-recommends $APT_RUNTIME \
+ && rm -rf /var/lib/apt/lists/*
+
+# ---- build: the venv from the lock, DeepSpeed's wheel with the stack's ops ------------------
+FROM system AS build
+ARG APT_BUILD
+RUN apt-get update && apt-get install -y --no-install-recommends $APT_BUILD && rm -rf /var/lib/apt/lists/*
+ARG STACK=cpu
+WORKDIR /opt/zerokit
+# Only what the install scripts read, so a change elsewhere keeps these layers cached.
+COPY containers/site-env containers/install-lock containers/build-ds-wheel containers/portable-cc containers/
+COPY containers/stacks/ containers/stacks/
+COPY containers/lock/${STACK}.txt containers/lock/
+COPY src/zerokit/__init__.py src/zerokit/errors.py src/zerokit/paths.py src/zerokit/stack.py src/zerokit/
+RUN --mount=type=secret,id=site_ca --mount=type=bind,source=build/wheelhouse,target=/wheelhouse \
+    python3 -m venv /opt/venv \
+ && containers/site-env containers/install-lock /opt/venv/bin/python "$STACK"
+# The wheel `make venv` built (build/wheels/$STACK) is reused when present: the ops compile once.
+RUN --mount=type=secret,id=site_ca --mount=type=bind,source=build/wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=build/wheels,target=/prebuilt \
+    mkdir -p /tmp/dswheel \
+ && prebuilt=/prebuilt/"$STACK"/deepspeed-$(PYTHONPATH=src python3 -m zerokit.stack "$STACK" version deepspeed)-*.whl \
+ && if ls $prebuilt >/dev/null 2>&1; then echo "reusing" $prebuilt; cp $prebuilt /tmp/dswheel/; \
+    else containers/site-env containers/build-ds-wheel /opt/venv/bin/python "$STACK" /tmp/dswheel; fi \
+ && /opt/venv/bin/python -m pip install --no-deps --no-cache-dir /tmp/dswheel/deepspeed-*.whl \
+ && rm -rf /tmp/dswheel \
+ && find /opt/venv -path '*/deepspeed/ops/*' -name '*.so' -exec strip --strip-debug {} + \
+ && echo /opt/zerokit/src > "$(/opt/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zerokit.pth"
+
+# ---- runtime: the venv, zerokit, entrypoints; no compilers ---------------------------------
+FROM system AS runtime
+ARG STACK=cpu
+RUN useradd --create-home --uid 1000 zerokit \
+ && mkdir -p /etc/zerokit /data/huggingface && chmod 1777 /data /data/huggingface
+COPY --from=build /opt/venv /opt/venv
+# Set late: it changes with every commit, and layers above it stay cached.
+ARG IMAGE_ID=dev
+# Caches: node-local (/tmp) and specific to this image, so two images never share compiled code.
+ENV PATH=/opt/venv/bin:$PATH \
+    ZEROKIT_HOME=/opt/zerokit \
+    ZEROKIT_STACK=${STACK} \
+    ZEROKIT_PYTHON=/opt/venv/bin/python \
+    TORCH_EXTENSIONS_DIR=/tmp/zerokit-${IMAGE_ID}/torch_extensions \
+    TRITON_CACHE_DIR=/tmp/zerokit-${IMAGE_ID}/triton \
+    HF_HOME=/data/huggingface
+COPY containers/stacks/ /opt/zerokit/containers/stacks/
+COPY containers/lock/ /opt/zerokit/containers/lock/
+COPY configs/ /opt/zerokit/configs/
+COPY entrypoints/ /usr/local/bin/
+COPY src/ /opt/zerokit/src/
+# The hard gate: every op the stack asks for is prebuilt and loads, or the build fails here.
+RUN zerokit ops-gate "$STACK"
+USER zerokit
+WORKDIR /home/zerokit
+CMD ["train", "--help"]
