@@ -32,7 +32,6 @@ DOCKER ?= docker
 BASE_IMAGE ?= $(shell $(STACK_CMD) get base_image)
 TAG ?= zerokit:$(STACK)
 CA_FILE ?=
-GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 LOCAL_BASE_IMAGE ?= zerokit/debian:bookworm
 
 SIF ?= train.sif
@@ -83,14 +82,9 @@ base-image:  ## make $(LOCAL_BASE_IMAGE) with debootstrap, for machines that rea
 	DOCKER=$(DOCKER) containers/make-base-image $(LOCAL_BASE_IMAGE)
 
 image:  ## build the Docker image of STACK (reuses build/wheels/STACK from make venv when there)
-	@test -z "$(CA_FILE)" || test -s "$(CA_FILE)" || { echo "error: CA_FILE=$(CA_FILE) is missing or empty" >&2; exit 2; }
-	rm -rf build/wheelhouse && mkdir -p build/wheelhouse build/wheels/$(STACK)
+	rm -rf build/wheelhouse && mkdir -p build/wheelhouse
 	$(if $(WHEELHOUSE),cp -l $(WHEELHOUSE)/*.whl build/wheelhouse/ 2>/dev/null || cp $(WHEELHOUSE)/*.whl build/wheelhouse/)
-	DOCKER_BUILDKIT=1 $(DOCKER) build --network host --target runtime -t $(TAG) \
-	  --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg STACK=$(STACK) --build-arg IMAGE_ID=$(STACK)-$(GIT_COMMIT) \
-	  --build-arg APT_RUNTIME="$$($(STACK_CMD) get apt_runtime)" --build-arg APT_BUILD="$$($(STACK_CMD) get apt_build)" \
-	  $$($(STACK_CMD) labels $(GIT_COMMIT) $(BASE_IMAGE)) \
-	  $(if $(CA_FILE),--secret id=site_ca,src=$(CA_FILE)) .
+	DOCKER=$(DOCKER) containers/build-image $(STACK) $(TAG) $(BASE_IMAGE) $(CA_FILE)
 
 sif:  ## turn image TAG into $(SIF) with Apptainer (or Singularity)
 	@test -n "$(APPTAINER)" || { echo "error: apptainer (or singularity) is not installed: install it \

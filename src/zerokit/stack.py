@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.field == "lock-file":
         print(stack.lock_file)
     elif args.field == "labels":
-        print(" ".join(f"--label {shlex.quote(f'{k}={v}')}" for k, v in stack.labels(*args.key).items()))
+        print("\n".join(f"{k}={v}" for k, v in stack.labels(*args.key).items()))
     elif args.field == "version":
         print(stack.version(args.key[0]))
     else:

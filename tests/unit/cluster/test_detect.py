@@ -1,0 +1,126 @@
+"""The detection order: the launcher nearest to the process wins."""
+
+from __future__ import annotations
+
+import pytest
+
+import zerokit.cluster
+from zerokit.cluster import (
+    ENVIRONMENTS,
+    LsfEnvironment,
+    MpichEnvironment,
+    MvapichEnvironment,
+    OpenMpiEnvironment,
+    PbsEnvironment,
+    PmixEnvironment,
+    SgeEnvironment,
+    SlurmEnvironment,
+    TorchrunEnvironment,
+    detect_environment,
+)
+from zerokit.cluster.base import ClusterEnvironment
+from zerokit.cluster.batch import MPI_LAUNCHERS
+
+SRUN = {  # task 5 of `srun -N2 --ntasks-per-node=4`
+    "SLURM_JOB_ID": "123456",
+    "SLURM_STEP_ID": "0",
+    "SLURM_PROCID": "5",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+    "SLURM_NTASKS": "8",
+    "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+    "SLURM_JOB_NODELIST": "gpu[07-08]",
+}
+BATCH_SCRIPT = {
+    "SLURM_JOB_ID": "123456",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_NTASKS": "8",
+    "SLURM_JOB_NODELIST": "gpu[07-08]",
+}
+TORCHRUN = {
+    "RANK": "13",
+    "LOCAL_RANK": "5",
+    "WORLD_SIZE": "16",
+    "LOCAL_WORLD_SIZE": "8",
+    "GROUP_RANK": "1",
+    "MASTER_ADDR": "gpu07",
+    "MASTER_PORT": "29400",
+}
+OMPI = {
+    "OMPI_COMM_WORLD_RANK": "5",
+    "OMPI_COMM_WORLD_SIZE": "8",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+}
+# A rank of mpirun on the job's second node inherits its daemon's srun task: task 0 of 1.
+ORTED_TASK = {**BATCH_SCRIPT, "SLURM_STEP_ID": "0", "SLURM_NTASKS": "1", "SLURM_STEP_TASKS_PER_NODE": "1"}
+PMI = {"PMI_RANK": "5", "PMI_SIZE": "8", "PMI_LOCAL_RANK": "1", "PMI_LOCAL_SIZE": "4"}
+HYDRA = {"PMI_RANK": "5", "PMI_SIZE": "8", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "4"}
+MV2 = {
+    "MV2_COMM_WORLD_RANK": "5",
+    "MV2_COMM_WORLD_SIZE": "8",
+    "MV2_COMM_WORLD_LOCAL_RANK": "1",
+    "MV2_COMM_WORLD_LOCAL_SIZE": "4",
+}
+JSRUN = {
+    "JSM_NAMESPACE_RANK": "5",
+    "JSM_NAMESPACE_SIZE": "8",
+    "JSM_NAMESPACE_LOCAL_RANK": "1",
+    "JSM_NAMESPACE_LOCAL_SIZE": "4",
+}
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, None),
+        ({"HOME": "/home/u", "PATH": "/usr/bin"}, None),
+        ({**SRUN, **TORCHRUN}, TorchrunEnvironment),  # torchrun started by srun: its workers are torchrun's
+        ({**OMPI, **TORCHRUN}, TorchrunEnvironment),
+        ({**BATCH_SCRIPT, **TORCHRUN}, TorchrunEnvironment),  # `zerokit launch` in a batch script
+        (BATCH_SCRIPT, None),  # a batch script, no srun
+        ({"SLURM_JOB_ID": "123456", "SLURM_JOB_NODELIST": "gpu[07-08]"}, None),
+        (SRUN, SlurmEnvironment),
+        ({**SRUN, **PMI}, SlurmEnvironment),  # srun --mpi=cray_shasta
+        ({**SRUN, "PMIX_RANK": "5", "PMIX_NAMESPACE": "slurm.pmix.123456.0"}, SlurmEnvironment),  # --mpi=pmix
+        ({**BATCH_SCRIPT, **OMPI}, OpenMpiEnvironment),  # mpirun in a batch script, a rank on its node
+        ({**ORTED_TASK, **OMPI}, OpenMpiEnvironment),  # ... and on another node, under an srun-started daemon
+        ({**ORTED_TASK, **HYDRA}, MpichEnvironment),
+        (MV2, MvapichEnvironment),
+        ({"PMIX_RANK": "5", "PMIX_NAMESPACE": "flux-123"}, PmixEnvironment),
+        ({"PBS_JOBID": "1.pbs", "PBS_NODEFILE": "/var/spool/pbs/aux/1.pbs", **PMI}, PbsEnvironment),
+        ({"PBS_JOBID": "1.pbs", "PBS_NODEFILE": "/var/spool/pbs/aux/1.pbs"}, None),  # the job script
+        ({"JOB_ID": "777", "PE_HOSTFILE": "/sge/pe_hostfile", **OMPI}, SgeEnvironment),
+        ({"JOB_ID": "777", **OMPI}, OpenMpiEnvironment),
+        ({"LSB_JOBID": "4242", **JSRUN, **OMPI}, LsfEnvironment),
+        ({"LSB_JOBID": "4242", **OMPI}, LsfEnvironment),
+    ],
+)
+def test_detection_order(environ, expected):
+    env = detect_environment(environ)
+    assert type(env) is expected if expected else env is None
+    if env is not None:
+        assert dict(env.environ) == environ
+
+
+def test_the_detected_environment_reads_the_right_launcher():
+    env = detect_environment({**ORTED_TASK, **OMPI})
+    assert (env.rank, env.local_rank, env.world_size, env.local_world_size) == (5, 1, 8, 4)
+    assert env.hosts == ("gpu07", "gpu08")
+
+
+def test_every_environment_is_in_the_order_once_with_its_own_name():
+    exported = {
+        value
+        for value in vars(zerokit.cluster).values()
+        if isinstance(value, type) and issubclass(value, ClusterEnvironment) and value is not ClusterEnvironment
+    }
+    assert set(ENVIRONMENTS) == exported
+    assert len(ENVIRONMENTS) == len(exported)
+    assert len({env.name for env in ENVIRONMENTS}) == len(ENVIRONMENTS)
+
+
+def test_batch_jobs_look_for_mpi_launchers_in_the_detection_order():
+    assert [env for env in ENVIRONMENTS if env in MPI_LAUNCHERS] == list(MPI_LAUNCHERS)
