@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("zerokit.launch.cli:main", "start ranks of train (or any command) locally or across nodes"),
     "generate": ("zerokit.generate:main", "generate text from a trained model folder"),
     "demo": ("zerokit.demo:main", "the main job: 2 CPU ranks, ZeRO-3, embedded default, then a sample"),
-    "doctor": ("zerokit.not_yet:doctor", "preflight checks (not yet implemented)"),
+    "doctor": ("zerokit.doctor.cli:main", "preflight checks: fail loudly and name the fix"),
     "prepare": ("zerokit.not_yet:prepare", "stage models and data for offline nodes (not yet implemented)"),
     "bench": ("zerokit.not_yet:bench", "scaling and start-up report (not yet implemented)"),
     "ops-gate": ("zerokit.ops_gate:main", "fail unless every DeepSpeed op of a stack is prebuilt and loads"),

@@ -10,10 +10,6 @@ def _not_yet(name: str) -> int:
     return 2
 
 
-def doctor(argv: list[str]) -> int:
-    return _not_yet("doctor")
-
-
 def prepare(argv: list[str]) -> int:
     return _not_yet("prepare")
 

@@ -156,12 +156,10 @@ def main(argv: list[str]) -> int:
     options, hf_argv = parse(argv)
     # Every rank checks before the rendezvous; nothing is written to the output folder before it.
     check_output_dir(options.output_dir, options.overwrite)
-    from zerokit.launch.environment import in_distributed_job
+    if options.nproc_per_node > 1:
+        from zerokit.launch.cli import main as launch_main
 
-    if options.nproc_per_node > 1 and not in_distributed_job(os.environ):
-        from zerokit.launch.local import run_local
-
-        return run_local(options.nproc_per_node, ["train", *_without_nproc(argv)])
+        return launch_main(["--nproc-per-node", str(options.nproc_per_node), "train", *_without_nproc(argv)])
     return run(options, hf_argv)
 
 
@@ -180,9 +178,9 @@ def _without_nproc(argv: list[str]) -> list[str]:
 
 def run(options: TrainOptions, hf_argv: list[str]) -> int:
     """Build everything and train; called once per rank."""
-    from zerokit.launch.environment import ensure_single_process_env
+    from zerokit.launch.environment import ensure_rank_env
 
-    ensure_single_process_env(os.environ)
+    ensure_rank_env(os.environ)
     warnings.filterwarnings("ignore", category=FutureWarning)
     import torch
     from transformers import HfArgumentParser, Trainer, TrainingArguments, default_data_collator, set_seed

@@ -1,64 +1,52 @@
-"""`launch`: start ranks of `train` (or any command after `--`).
+"""`launch`: arguments -> config -> plan -> execution (or, with --dry-run, the plan printed).
 
-Arguments -> a plan (a list of Commands) -> execution; `--dry-run --json` prints the plan.
-This is the local part (`--nproc-per-node K` on one machine); scheduler and multi-node
-modes build on the same plan/execute split.
+Per rank under srun / mpirun / PBS / SGE / LSF (`srun ... launch train`), per node with
+`--nproc-per-node K`, or from a head node over pdsh or mpirun (`--launcher pdsh --hostfile H`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-from dataclasses import asdict
+import sys
+from pathlib import Path
 
-from zerokit.errors import UserError
+from zerokit.cluster import detect_environment
+from zerokit.launch.config import parse
 from zerokit.launch.environment import free_port
-from zerokit.launch.local import execute, plan_local, zerokit_argv
-
-# Commands that run as `python -m zerokit <name>` when named without `--`.
-ZEROKIT_TARGETS = ("train", "generate", "bench")
+from zerokit.launch.nic import interface_to
+from zerokit.launch.plan import Plan, execute, plan
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="launch",
-        description="Start ranks of a command: `launch --nproc-per-node 2 train --config zero3` "
-        "or `launch --nproc-per-node 2 -- python my_script.py`.",
-    )
-    parser.add_argument(
-        "--nproc-per-node",
-        type=int,
-        default=int(os.environ.get("ZEROKIT_NPROC_PER_NODE", "1")),
-        help="ranks to start on this node (env: ZEROKIT_NPROC_PER_NODE)",
-    )
-    parser.add_argument("--master-port", type=int, default=None, help="rendezvous port (default: a free one)")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
-    parser.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="train ... | -- any command")
-    return parser
+def describe(p: Plan) -> str:
+    lines = [
+        f"launch: {p.mode} under {p.environment}: node {p.node_rank} of {p.nnodes}, {p.nproc_per_node} rank(s) "
+        f"per node, world size {p.world_size}, main {p.main_address}:{p.main_port}, interface {p.ifname or '-'}"
+    ]
+    lines += [f"  {' '.join(f'{k}={v}' for k, v in sorted(c.env.items()))} {' '.join(c.argv)}" for c in p.commands]
+    return "\n".join(lines)
 
 
-def target_argv(command: list[str]) -> list[str]:
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise UserError("launch needs a command: `launch ... train [flags]` or `launch ... -- python script.py`")
-    return zerokit_argv(command) if command[0] in ZEROKIT_TARGETS else command
+def write_deepspeed_env(p: Plan, folder: Path) -> None:
+    """Leave the variables in .deepspeed_env, which DeepSpeed's own launcher exports on every node.
+
+    An existing file with other content is kept (a user's), with a note on stderr.
+    """
+    path = folder / ".deepspeed_env"
+    text = "".join(f"{k}={v}\n" for k, v in sorted(p.env.items()) if k.startswith(("NCCL_", "GLOO_", "OMP_")))
+    if path.exists() and path.read_text() != text:
+        print(f"launch: kept the existing {path} (it differs from what launch would write)", file=sys.stderr)
+        return
+    path.write_text(text)
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    if args.nproc_per_node < 1:
-        raise UserError(f"--nproc-per-node must be at least 1, got {args.nproc_per_node}")
-    port = args.master_port or int(os.environ.get("MASTER_PORT", 0)) or free_port()
-    plan = plan_local(args.nproc_per_node, target_argv(args.command), port, os.environ, os.cpu_count() or 1)
-    if args.dry_run:
-        if args.json:
-            print(json.dumps([asdict(c) for c in plan], indent=2))
-        else:
-            for command in plan:
-                env = " ".join(f"{k}={v}" for k, v in sorted(command.env.items()))
-                print(f"{env} {' '.join(command.argv)}")
+    config = parse(argv, os.environ, sys.executable)
+    cluster = detect_environment(os.environ)
+    the_plan = plan(config, cluster, os.environ, os.cpu_count() or 1, interface_to, free_port)
+    if config.dry_run:
+        print(json.dumps(the_plan.to_json(), indent=2) if config.as_json else describe(the_plan))
         return 0
-    return execute(plan)
+    if the_plan.mode == "remote" and config.launcher == "pdsh":
+        write_deepspeed_env(the_plan, Path(config.workdir))
+    return execute(the_plan)

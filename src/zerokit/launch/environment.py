@@ -1,17 +1,11 @@
-"""The torch.distributed environment of this process: detect a launcher, or make a 1-rank one."""
+"""The torch.distributed variables of this process: from its scheduler, or a 1-rank world."""
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping, MutableMapping
+from collections.abc import MutableMapping
 
-# Set by torchrun, `launch` and DeepSpeed's launcher (RANK), or by OpenMPI's mpirun, which
-# accelerate reads itself (OMPI_COMM_WORLD_RANK).
-RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK")
-
-
-def in_distributed_job(environ: Mapping[str, str]) -> bool:
-    return any(name in environ for name in RANK_VARIABLES)
+from zerokit.cluster import detect_environment
 
 
 def free_port() -> int:
@@ -21,12 +15,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def ensure_single_process_env(environ: MutableMapping[str, str]) -> None:
-    """Outside any launcher, make this process rank 0 of 1.
+def ensure_rank_env(environ: MutableMapping[str, str]) -> None:
+    """Make sure RANK, WORLD_SIZE, MASTER_ADDR ... are set before torch.distributed starts.
 
-    DeepSpeed otherwise falls back to MPI discovery and fails on a missing mpi4py.
+    Under srun or mpirun without `launch` they come from the scheduler's variables; outside any
+    launcher this process is rank 0 of 1 (DeepSpeed would otherwise try MPI discovery and fail
+    on a missing mpi4py).
     """
-    if in_distributed_job(environ):
+    cluster = detect_environment(environ)
+    if cluster is not None:
+        for name, value in cluster.torch_env().items():
+            environ.setdefault(name, value)
         return
     environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
     environ.setdefault("MASTER_ADDR", "127.0.0.1")

@@ -1,8 +1,7 @@
-"""Start K ranks of a command on this machine (what torchrun --standalone does), and wait for them.
+"""Run the local ranks of a plan at once and wait for them (what torchrun does on a node).
 
-plan_local() is pure: it returns the commands with their environments, which tests assert and
-`launch --dry-run --json` prints. execute() runs them: if one rank fails, the others are stopped
-and its exit code is returned.
+If one rank fails, the others are stopped and its exit code is returned; SIGINT, SIGTERM and
+SIGUSR1 (Slurm's --signal) are passed on to every rank.
 """
 
 from __future__ import annotations
@@ -10,12 +9,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-from zerokit.launch.environment import free_port
 
 STOP_GRACE_SECONDS = 10.0
 
@@ -26,24 +22,7 @@ class Command:
     env: dict[str, str]  # variables set on top of the parent's environment
 
 
-def plan_local(
-    nproc: int, argv: Sequence[str], master_port: int, environ: Mapping[str, str], cpu_count: int
-) -> list[Command]:
-    """One Command per local rank: the torch.distributed variables and a fair share of the cores."""
-    threads = environ.get("OMP_NUM_THREADS") or str(max(1, cpu_count // nproc))
-    shared = {
-        "WORLD_SIZE": str(nproc),
-        "LOCAL_WORLD_SIZE": str(nproc),
-        "MASTER_ADDR": environ.get("MASTER_ADDR", "127.0.0.1"),
-        "MASTER_PORT": str(master_port),
-        "OMP_NUM_THREADS": threads,
-    }
-    return [
-        Command(argv=tuple(argv), env={**shared, "RANK": str(rank), "LOCAL_RANK": str(rank)}) for rank in range(nproc)
-    ]
-
-
-def execute(commands: Sequence[Command]) -> int:
+def execute_commands(commands: Sequence[Command]) -> int:
     """Run every command at once; return 0 if all succeed, else the first failing exit code."""
     procs = [subprocess.Popen(c.argv, env={**os.environ, **c.env}) for c in commands]
 
@@ -79,14 +58,3 @@ def _stop(procs: Sequence[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def zerokit_argv(command: Sequence[str]) -> list[str]:
-    """argv that runs a zerokit command (e.g. ["train", "--config", "zero3"]) with this Python."""
-    return [sys.executable, "-m", "zerokit", *command]
-
-
-def run_local(nproc: int, command: Sequence[str]) -> int:
-    """Run a zerokit command as nproc local ranks."""
-    plan = plan_local(nproc, zerokit_argv(command), free_port(), os.environ, os.cpu_count() or 1)
-    return execute(plan)

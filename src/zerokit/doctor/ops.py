@@ -1,0 +1,57 @@
+"""DeepSpeed ops: every op the stack requires is prebuilt and loads, so no run starts with a JIT compile.
+
+The per-op verdict is `zerokit.ops_gate.check_op`, the same gate the image build runs.
+"""
+
+from __future__ import annotations
+
+from zerokit.doctor.context import Context
+from zerokit.doctor.result import CheckResult, fail, ok
+from zerokit.ops_gate import check_op
+
+
+def ops_fix(stack_name: str) -> str:
+    return (
+        f"rebuild DeepSpeed with the stack's ops prebuilt: `make venv STACK={stack_name}` or rebuild the image "
+        f"(the build runs `zerokit ops-gate {stack_name}`); to add an op, list it in ds_ops of the stack file"
+    )
+
+
+def check_ops(ctx: Context) -> list[CheckResult]:
+    try:
+        import deepspeed
+    except Exception as error:  # a broken DeepSpeed is the finding, not a crash
+        return [
+            fail(
+                "ops: deepspeed",
+                f"deepspeed failed to import: {type(error).__name__}: {error}",
+                ops_fix(ctx.stack.name),
+            )
+        ]
+    results = []
+    for name in ctx.stack.ds_ops:
+        status = check_op(name)
+        if status.ok:
+            results.append(ok(f"op: {name}", status.detail))
+        else:
+            results.append(fail(f"op: {name}", f"{name}: {status.detail}", ops_fix(ctx.stack.name)))
+    return [*results, _would_jit(deepspeed, ctx.stack.ds_ops)]
+
+
+def _would_jit(deepspeed, required: tuple[str, ...]) -> CheckResult:
+    """The ops of this accelerator that are not prebuilt: using one would compile it at start-up.
+
+    Informational (ok): the stack leaves them out on purpose (deepspeed_ccl_comm needs oneCCL, ...).
+    """
+    from deepspeed.git_version_info import installed_ops
+    from deepspeed.ops.op_builder.all_ops import ALL_OPS
+
+    missing = sorted(
+        name
+        for name in ALL_OPS
+        if not installed_ops.get(name, False) and name not in required and not name.endswith("not_implemented")
+    )
+    prebuilt = sorted(name for name in ALL_OPS if installed_ops.get(name, False))
+    detail = f"DeepSpeed {deepspeed.__version__}: {len(prebuilt)} prebuilt"
+    detail += f"; not prebuilt, JIT-compiled if used: {', '.join(missing)}" if missing else "; nothing would JIT"
+    return ok("ops: would JIT", detail)

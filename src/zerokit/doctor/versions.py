@@ -1,0 +1,141 @@
+"""Versions: Python, the training packages and the CUDA libraries against the stack the environment was built from.
+
+Drift is a fail: a package upgraded over the image (a stray `pip install`) changes behaviour without any
+error, and the stack/lock is the only record of what was tested together.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from importlib import metadata
+
+from zerokit.doctor.context import Context
+from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
+from zerokit.stack import Stack
+
+# The packages whose drift breaks training most often; one row each. The rest of the lock is one row.
+TRACKED = ("torch", "deepspeed", "transformers", "datasets", "accelerate", "peft")
+
+
+def rebuild_fix(stack: Stack) -> str:
+    return (
+        f"rebuild from the stack instead of installing over it: `make venv STACK={stack.name}` for a venv, "
+        f"or rebuild the image (`make image STACK={stack.name}`)"
+    )
+
+
+def installed_version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def matches(installed: str, pinned: str) -> bool:
+    """PEP 440 `==`, as pip applies it: a pin without a local label (0.19.8) also accepts 0.19.8+abc."""
+    try:
+        from packaging.specifiers import SpecifierSet
+
+        return SpecifierSet(f"=={pinned}").contains(installed, prereleases=True)
+    except (ImportError, ValueError):  # no packaging, or a version it cannot parse
+        return installed == pinned
+
+
+def check_python(ctx: Context) -> list[CheckResult]:
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    detail = f"{sys.version.split()[0]} ({sys.executable})"
+    if running != ctx.stack.python:
+        return [fail("version: python", f"{detail}; the stack wants {ctx.stack.python}", rebuild_fix(ctx.stack))]
+    return [ok("version: python", detail)]
+
+
+def check_packages(ctx: Context) -> list[CheckResult]:
+    results = []
+    for package in TRACKED:
+        pinned = ctx.stack.packages.get(package)
+        installed = installed_version(package)
+        name = f"version: {package}"
+        if pinned is None:
+            results.append(skip(name, f"{installed or 'not installed'}; not pinned by stack {ctx.stack.name!r}"))
+        elif installed is None:
+            results.append(fail(name, f"not installed; the stack pins {pinned}", rebuild_fix(ctx.stack)))
+        elif not matches(installed, pinned):
+            results.append(fail(name, f"{installed} installed; the stack pins {pinned}", rebuild_fix(ctx.stack)))
+        else:
+            results.append(ok(name, installed))
+    return results
+
+
+def locked_versions(text: str) -> dict[str, str]:
+    """`name==version` of a hashed requirements file (what `make lock` writes)."""
+    return dict(re.findall(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==([^\s;\\]+)", text, flags=re.M))
+
+
+def check_lock(ctx: Context) -> list[CheckResult]:
+    """Every other package of the lock file, in one row."""
+    name = "version: lock"
+    lock = ctx.stack.lock_file
+    if not lock.is_file():
+        return [skip(name, f"no lock file at {lock}")]
+    locked = {k: v for k, v in locked_versions(lock.read_text()).items() if k not in TRACKED}
+    drift = []
+    for package, pinned in sorted(locked.items()):
+        installed = installed_version(package)
+        if installed is None or not matches(installed, pinned):
+            drift.append(f"{package} {installed or 'missing'} (lock: {pinned})")
+    if drift:
+        shown = ", ".join(drift[:5]) + (f", and {len(drift) - 5} more" if len(drift) > 5 else "")
+        return [
+            fail(
+                name, f"{len(drift)} of {len(locked)} packages differ from {lock.name}: {shown}", rebuild_fix(ctx.stack)
+            )
+        ]
+    return [ok(name, f"{len(locked)} more packages match {lock.name}")]
+
+
+def check_cuda_libraries(ctx: Context) -> list[CheckResult]:
+    """The CUDA runtime torch was built with, NCCL and cuDNN; none of them on a CPU stack."""
+    try:
+        import torch
+    except Exception as error:  # a broken torch is the finding, not a crash
+        return [
+            fail("version: CUDA", f"torch failed to import: {type(error).__name__}: {error}", rebuild_fix(ctx.stack))
+        ]
+    return [_cuda_runtime(ctx.stack, torch.version.cuda), _nccl(torch), _cudnn(torch)]
+
+
+def _cuda_runtime(stack: Stack, built_with: str | None) -> CheckResult:
+    name = "version: CUDA"
+    if stack.accelerator != "cuda":
+        if built_with:
+            return fail(
+                name, f"torch is built for CUDA {built_with}; stack {stack.name!r} is CPU-only", rebuild_fix(stack)
+            )
+        return ok(name, "none (CPU build of torch, as the stack wants)")
+    if not built_with:
+        return fail(name, f"torch is a CPU build; the stack wants CUDA {stack.cuda}", rebuild_fix(stack))
+    if not (built_with == stack.cuda or built_with.startswith(f"{stack.cuda}.")):
+        return fail(name, f"torch is built for CUDA {built_with}; the stack wants {stack.cuda}", rebuild_fix(stack))
+    return ok(name, built_with)
+
+
+def _nccl(torch) -> CheckResult:
+    if not torch.version.cuda or not torch.distributed.is_available() or not torch.distributed.is_nccl_available():
+        return skip("version: NCCL", "none (no CUDA build of torch; gloo is the backend)")
+    version = torch.cuda.nccl.version()
+    return ok("version: NCCL", ".".join(map(str, version)) if isinstance(version, tuple) else str(version))
+
+
+def _cudnn(torch) -> CheckResult:
+    if not torch.version.cuda:
+        return skip("version: cuDNN", "none (no CUDA build of torch)")
+    if not torch.backends.cudnn.is_available():
+        return warn(
+            "version: cuDNN",
+            "torch is a CUDA build but cuDNN is not available",
+            "install the nvidia-cudnn wheel the lock pins (rebuild the environment)",
+        )
+    version = torch.backends.cudnn.version()  # 90100 for 9.1.0; cuDNN 8 wrote 8902 for 8.9.2
+    major, rest = divmod(version, 10000 if version >= 10000 else 1000)
+    return ok("version: cuDNN", f"{major}.{rest // 100}.{rest % 100}")

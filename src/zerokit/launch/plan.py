@@ -1,0 +1,280 @@
+"""From a launch config and the cluster environment to a plan: who runs what, with which variables.
+
+`plan()` is pure: the scheduler's view comes in as a ClusterEnvironment, the interface lookup as a
+function. The plan is what `launch --dry-run --json` prints and what tests assert; `execute()`
+carries it out. Four modes:
+
+- exec:   this process is one rank (started by srun / mpirun / torchrun, or one rank alone): set
+          the torch.distributed variables and become the target.
+- spawn:  this process is one node: start K local ranks (`--nproc-per-node K`).
+- remote: this is the head node: start one `launch` per host, over pdsh or mpirun.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+
+from zerokit.cluster.base import DEFAULT_PORT, ClusterEnvironment, port_from_job_id
+from zerokit.errors import UserError
+from zerokit.launch.config import LaunchConfig
+from zerokit.launch.local import Command, execute_commands
+from zerokit.launch.nic import nic_env
+
+# Variables the remote launches inherit from the head node (pdsh/ssh gives them a bare login
+# environment). Tokens are left out on purpose: they would show on the remote command line.
+FORWARDED_PREFIXES = ("ZEROKIT_", "HF_", "NCCL_", "GLOO_", "TORCH_", "TRANSFORMERS_", "DS_", "CUDA_", "OMP_")
+FORWARDED_NAMES = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "TRITON_CACHE_DIR")
+SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: str  # "exec", "spawn" or "remote"
+    environment: str  # the scheduler/launcher detected ("slurm", "openmpi", ...), "pdsh" or "local"
+    hosts: tuple[str, ...]
+    nnodes: int
+    node_rank: int
+    nproc_per_node: int
+    world_size: int
+    main_address: str
+    main_port: int
+    ifname: str | None
+    env: dict[str, str]  # set for every command, on top of the per-rank variables
+    commands: tuple[Command, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def threads_per_rank(environ: Mapping[str, str], cpu_count: int, local_ranks: int) -> str:
+    return environ.get("OMP_NUM_THREADS") or str(max(1, cpu_count // max(1, local_ranks)))
+
+
+def plan(
+    config: LaunchConfig,
+    cluster: ClusterEnvironment | None,
+    environ: Mapping[str, str],
+    cpu_count: int,
+    interface_to: Callable[[str], str],
+    free_port: Callable[[], int],
+) -> Plan:
+    """The plan for this process. Raises UserError for a setup that cannot work, naming the fix."""
+    if config.launcher in ("pdsh", "mpirun"):
+        return _remote_plan(config, cluster, environ, interface_to)
+    if config.hosts:  # one node of a head-node launch: --hosts and --node-host came from the head
+        if config.node_host not in config.hosts:
+            raise UserError(f"--node-host {config.node_host!r} is not in --hosts {','.join(config.hosts)}")
+        node_rank = config.hosts.index(config.node_host)
+        main_address = config.master_addr or config.hosts[0]
+        port = config.master_port or DEFAULT_PORT
+        return _node_plan(
+            config,
+            "pdsh",
+            config.hosts,
+            len(config.hosts),
+            node_rank,
+            main_address,
+            port,
+            environ,
+            cpu_count,
+            interface_to,
+        )
+    if cluster is None:
+        main_address = config.master_addr or "127.0.0.1"
+        port = config.master_port or free_port()
+        return _node_plan(config, "local", (), 1, 0, main_address, port, environ, cpu_count, interface_to)
+    if config.nproc_per_node and config.nproc_per_node > 1:
+        if cluster.local_world_size != 1:
+            raise UserError(
+                f"--nproc-per-node {config.nproc_per_node} starts the ranks of a node, but {cluster.title} started "
+                f"{cluster.local_world_size} tasks on this node: start one task per node "
+                "(srun --ntasks-per-node=1, mpirun --map-by ppr:1:node), or drop --nproc-per-node"
+            )
+        main_address = config.master_addr or cluster.main_address
+        port = config.master_port or cluster.main_port
+        return _node_plan(
+            config,
+            cluster.name,
+            cluster.hosts,
+            cluster.world_size,
+            cluster.rank,
+            main_address,
+            port,
+            environ,
+            cpu_count,
+            interface_to,
+        )
+    return _rank_plan(config, cluster, environ, cpu_count, interface_to)
+
+
+def _ifname(config: LaunchConfig, main_address: str, interface_to: Callable[[str], str]) -> str:
+    return config.ifname or interface_to(main_address)
+
+
+def _rank_plan(config, cluster, environ, cpu_count, interface_to) -> Plan:
+    """exec: this process is a rank that a scheduler or launcher started."""
+    main_address = config.master_addr or cluster.main_address
+    port = config.master_port or cluster.main_port
+    ifname = _ifname(config, main_address, interface_to)
+    env = {**nic_env(ifname), "OMP_NUM_THREADS": threads_per_rank(environ, cpu_count, cluster.local_world_size)}
+    rank_env = {
+        "RANK": str(cluster.rank),
+        "LOCAL_RANK": str(cluster.local_rank),
+        "WORLD_SIZE": str(cluster.world_size),
+        "LOCAL_WORLD_SIZE": str(cluster.local_world_size),
+        "GROUP_RANK": str(cluster.node_rank),
+        "MASTER_ADDR": main_address,
+        "MASTER_PORT": str(port),
+    }
+    nnodes = max(1, cluster.world_size // cluster.local_world_size)
+    return Plan(
+        "exec",
+        cluster.name,
+        cluster.hosts,
+        nnodes,
+        cluster.node_rank,
+        cluster.local_world_size,
+        cluster.world_size,
+        main_address,
+        port,
+        ifname,
+        env,
+        (Command(config.target, {**env, **rank_env}),),
+    )
+
+
+def _node_plan(
+    config, environment, hosts, nnodes, node_rank, main_address, port, environ, cpu_count, interface_to
+) -> Plan:
+    """spawn (or exec for one local rank): K ranks of node `node_rank` out of `nnodes`."""
+    nproc = config.nproc_per_node or 1
+    # One node alone talks over loopback; across nodes, over the interface that reaches the main node.
+    ifname = config.ifname or (interface_to(main_address) if nnodes > 1 else None)
+    env = {**(nic_env(ifname) if ifname else {}), "OMP_NUM_THREADS": threads_per_rank(environ, cpu_count, nproc)}
+    world_size = nnodes * nproc
+    shared = {
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_RANK": str(node_rank),
+        "MASTER_ADDR": main_address,
+        "MASTER_PORT": str(port),
+    }
+    commands = tuple(
+        Command(config.target, {**env, **shared, "RANK": str(node_rank * nproc + i), "LOCAL_RANK": str(i)})
+        for i in range(nproc)
+    )
+    mode = "spawn" if nproc > 1 else "exec"
+    return Plan(
+        mode, environment, hosts, nnodes, node_rank, nproc, world_size, main_address, port, ifname, env, commands
+    )
+
+
+def _remote_plan(config, cluster, environ, interface_to) -> Plan:
+    """remote: from the head node, one `launch` per host (pdsh), or every rank at once (mpirun)."""
+    hosts = config.hosts_from_file or (cluster.hosts if cluster else ())
+    if not hosts:
+        raise UserError(f"--launcher {config.launcher} needs the hosts: pass --hostfile FILE (one host per line)")
+    nproc = config.nproc_per_node or 1
+    main_address = config.master_addr or hosts[0]
+    job_id = cluster.job_id if cluster else None
+    port = config.master_port or port_from_job_id(job_id)
+    env = forwarded_env(environ)
+    common = ["--nproc-per-node", str(nproc), "--master-addr", main_address, "--master-port", str(port)]
+    if config.ifname:
+        common += ["--ifname", config.ifname]
+    launch = [*container_prefix(environ), config.python, "-m", "zerokit", "launch"]
+    if config.launcher == "pdsh":
+        remote = [*launch, "--hosts", ",".join(hosts), "--node-host", "%h", *common, "--", *config.target]
+        line = f"cd {shlex.quote(config.workdir)} && env {_env_words(env)} {shlex.join(remote)}"
+        argv = (
+            "pdsh",
+            "-S",
+            "-R",
+            "exec",
+            "-f",
+            str(len(hosts)),
+            "-w",
+            ",".join(hosts),
+            "ssh",
+            "-o",
+            "BatchMode=yes",
+            "%h",
+            line,
+        )
+    else:
+        ifname = config.ifname or interface_to(main_address)
+        argv = (
+            "mpirun",
+            "-np",
+            str(len(hosts) * nproc),
+            "--host",
+            ",".join(f"{h}:{nproc}" for h in hosts),
+            "--map-by",
+            f"ppr:{nproc}:node",
+            "--mca",
+            "btl_tcp_if_include",
+            ifname,
+            "--mca",
+            "oob_tcp_if_include",
+            ifname,
+            "-wdir",
+            config.workdir,
+            *[word for name in sorted(env) for word in ("-x", name)],
+            "-x",
+            f"MASTER_ADDR={main_address}",
+            "-x",
+            f"MASTER_PORT={port}",
+            *launch,
+            "--ifname",
+            ifname,
+            "--",
+            *config.target,
+        )
+    return Plan(
+        "remote",
+        config.launcher,
+        hosts,
+        len(hosts),
+        0,
+        nproc,
+        len(hosts) * nproc,
+        main_address,
+        port,
+        config.ifname,
+        env,
+        (Command(argv, {}),),
+    )
+
+
+def _env_words(env: Mapping[str, str]) -> str:
+    return " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
+
+
+def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The head node's variables that the remote launches need; never tokens or keys."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if (name in FORWARDED_NAMES or name.startswith(FORWARDED_PREFIXES))
+        and not any(marker in name for marker in SECRET_MARKERS)
+    }
+
+
+def container_prefix(environ: Mapping[str, str]) -> list[str]:
+    """How to re-enter this process's Apptainer/Singularity image on another host, [] outside one."""
+    for runtime, variable in (("apptainer", "APPTAINER_CONTAINER"), ("singularity", "SINGULARITY_CONTAINER")):
+        image = environ.get(variable)
+        if image:
+            return [runtime, "exec", "--nv", image]
+    return []
+
+
+def execute(plan: Plan) -> int:
+    """Carry out a plan: become the rank (exec), run the local ranks (spawn), or run the remote launch."""
+    if plan.mode == "exec":
+        command = plan.commands[0]
+        os.execvpe(command.argv[0], list(command.argv), {**os.environ, **command.env})
+    return execute_commands(plan.commands)
