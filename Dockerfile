@@ -58,8 +58,11 @@ COPY containers/lock/ /opt/zerokit/containers/lock/
 COPY configs/ /opt/zerokit/configs/
 COPY entrypoints/ /usr/local/bin/
 COPY src/ /opt/zerokit/src/
-# The hard gate: every op the stack asks for is prebuilt and loads, or the build fails here.
-RUN zerokit ops-gate "$STACK"
+# The hard gate: every op the stack asks for is prebuilt and loads, or the build fails here; then
+# doctor's report of the image as built (/dev/shm left out: a build container gets only 64 MB).
+RUN zerokit ops-gate "$STACK" \
+ && { zerokit doctor --strict --json --skip shm > /etc/zerokit/build-report.json \
+      || { cat /etc/zerokit/build-report.json; exit 1; }; }
 USER zerokit
 WORKDIR /home/zerokit
 CMD ["train", "--help"]

@@ -30,6 +30,18 @@ def test_every_requested_op_is_prebuilt_and_loads():
     assert result.stdout.count("ok   ") == 7
 
 
+def test_build_report_and_doctor_pass_in_the_image():
+    report = json.loads(docker("run", "--rm", IMAGE, "cat", "/etc/zerokit/build-report.json").stdout)
+    statuses = {row["name"]: row["status"] for row in report}
+    assert statuses["op: cpu_adam"] == "ok" and "fail" not in statuses.values()
+    result = docker("run", "--rm", "--network", "none", "--shm-size", "1g", IMAGE, "doctor", "--strict")
+    assert result.returncode == 0, result.stdout[-3000:]
+    small_shm = docker("run", "--rm", "--network", "none", IMAGE, "doctor", "--strict", "--json")
+    assert small_shm.returncode == 1  # Docker's default 64 MB /dev/shm
+    (shm,) = [row for row in json.loads(small_shm.stdout) if row["name"] == "/dev/shm"]
+    assert shm["status"] == "fail" and "--shm-size" in shm["fix"]
+
+
 def test_labels_name_the_stack_versions_and_ops():
     labels = json.loads(docker("inspect", "--format", "{{json .Config.Labels}}", IMAGE).stdout)
     assert labels["io.zerokit.stack"] == "cpu"
