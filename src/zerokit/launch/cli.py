@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -44,6 +45,9 @@ def main(argv: list[str]) -> int:
     config = parse(argv, os.environ, sys.executable)
     cluster = detect_environment(os.environ)
     the_plan = plan(config, cluster, os.environ, os.cpu_count() or 1, interface_to, free_port)
+    if config.print_command:
+        print(shlex.join(the_plan.commands[0].argv))
+        return 0
     if config.dry_run:
         print(json.dumps(the_plan.to_json(), indent=2) if config.as_json else describe(the_plan))
         return 0

@@ -30,6 +30,7 @@ class LaunchConfig:
     python: str  # the interpreter that runs zerokit here, and on the other nodes (a shared filesystem or image)
     dry_run: bool
     as_json: bool
+    print_command: bool
 
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -66,6 +67,12 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     add("--master-port", type=int, default=env("MASTER_PORT"), help="main port (default: derived from the job id)")
     add("--dry-run", action="store_true", help="print the plan and run nothing")
     add("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    add(
+        "--print-command",
+        action="store_true",
+        help="with --launcher mpirun/pdsh: print the command that starts "
+        "every node, shell-quoted, and run nothing (job scripts run it with the host's mpirun)",
+    )
     add("command", nargs=argparse.REMAINDER, help="train [flags] | -- any command")
     return parser
 
@@ -95,6 +102,8 @@ def parse(argv: Sequence[str], environ: Mapping[str, str], python: str) -> Launc
         raise UserError(f"--nproc-per-node must be at least 1, got {nproc}")
     if args.launcher != "auto" and not args.hostfile:
         raise UserError(f"--launcher {args.launcher} needs --hostfile FILE (one host per line)")
+    if args.print_command and args.launcher == "auto":
+        raise UserError("--print-command prints a head-node command: add --launcher mpirun (or pdsh) --hostfile FILE")
     if bool(args.hosts) != bool(args.node_host):
         raise UserError("--hosts and --node-host go together (a head-node launch sets both)")
     return LaunchConfig(
@@ -111,4 +120,5 @@ def parse(argv: Sequence[str], environ: Mapping[str, str], python: str) -> Launc
         python=python,
         dry_run=args.dry_run,
         as_json=args.json,
+        print_command=args.print_command,
     )

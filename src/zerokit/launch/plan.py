@@ -181,11 +181,12 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
     main_address = config.master_addr or hosts[0]
     job_id = cluster.job_id if cluster else None
     port = config.master_port or port_from_job_id(job_id)
-    env = forwarded_env(environ)
+    reenter = container_prefix(environ)
+    env = forwarded_env(environ, in_container=bool(reenter))
     common = ["--nproc-per-node", str(nproc), "--master-addr", main_address, "--master-port", str(port)]
     if config.ifname:
         common += ["--ifname", config.ifname]
-    launch = [*container_prefix(environ), config.python, "-m", "zerokit", "launch"]
+    launch = [*reenter, config.python, "-m", "zerokit", "launch"]
     if config.launcher == "pdsh":
         remote = [*launch, "--hosts", ",".join(hosts), "--node-host", "%h", *common, "--", *config.target]
         line = f"cd {shlex.quote(config.workdir)} && env {_env_words(env)} {shlex.join(remote)}"
@@ -222,7 +223,7 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
             ifname,
             "-wdir",
             config.workdir,
-            *[word for name in sorted(env) for word in ("-x", name)],
+            *[word for name, value in sorted(env.items()) for word in ("-x", f"{name}={value}")],
             "-x",
             f"MASTER_ADDR={main_address}",
             "-x",
@@ -253,13 +254,17 @@ def _env_words(env: Mapping[str, str]) -> str:
     return " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
 
 
-def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The head node's variables that the remote launches need; never tokens or keys."""
+def forwarded_env(environ: Mapping[str, str], in_container: bool) -> dict[str, str]:
+    """The head node's variables that the remote launches need; never tokens or keys.
+
+    Inside a container the search paths are the image's: the remote host needs its own to find
+    apptainer, and the image sets its own again, so they are not passed on.
+    """
+    names = () if in_container else FORWARDED_NAMES
     return {
         name: value
         for name, value in environ.items()
-        if (name in FORWARDED_NAMES or name.startswith(FORWARDED_PREFIXES))
-        and not any(marker in name for marker in SECRET_MARKERS)
+        if (name in names or name.startswith(FORWARDED_PREFIXES)) and not any(m in name for m in SECRET_MARKERS)
     }
 
 

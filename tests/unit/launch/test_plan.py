@@ -275,7 +275,7 @@ def test_mpirun_head_node_maps_ranks_per_node_on_the_interface(tmp_path):
     assert argv[8:10] == ("btl_tcp_if_include", "eth1")
     assert argv[11:13] == ("oob_tcp_if_include", "eth1")
     assert argv[-11:] == (PY, "-m", "zerokit", "launch", "--ifname", "eth1", "--", PY, "-m", "zerokit", "train")
-    assert "-x" in argv and "MASTER_ADDR=node1" in argv and "OMP_NUM_THREADS" in argv
+    assert "-x" in argv and "MASTER_ADDR=node1" in argv and "OMP_NUM_THREADS=1" in argv
 
 
 @pytest.mark.parametrize(

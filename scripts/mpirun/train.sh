@@ -1,0 +1,27 @@
+#!/bin/bash
+# zerokit with the host's MPI (OpenMPI): RANKS_PER_NODE ranks on every host of a hostfile.
+# Edit the settings, then run it on the first host: scripts/mpirun/train.sh
+# Any setting can also come from the environment: HOSTFILE=hosts CONTAINER=none scripts/mpirun/train.sh
+# OpenMPI reads extra settings from OMPI_MCA_* variables (e.g. OMPI_MCA_plm_rsh_agent).
+
+# ---- settings -----------------------------------------------------------------------------
+HOSTFILE=${HOSTFILE:-hosts}                       # one host per line
+RANKS_PER_NODE=${RANKS_PER_NODE:-4}               # = GPUs per host
+CONTAINER=${CONTAINER:-apptainer}                 # apptainer | singularity | none
+IMAGE=${IMAGE:-$PWD/train.sif}
+TRAIN_ARGS=${TRAIN_ARGS:---config zero3 --output-dir runs/mpirun-$(date +%Y%m%d-%H%M%S)}
+IFNAME=${IFNAME:-}                                # NIC for MPI, NCCL and gloo; empty: the one routing to the first host
+# ---------------------------------------------------------------------------------------------
+set -euo pipefail
+case $CONTAINER in
+  apptainer|singularity) run=("$CONTAINER" exec --nv --bind "$PWD" "$IMAGE") ;;
+  none) run=() ;;
+  *) echo "error: CONTAINER=$CONTAINER: use apptainer, singularity or none" >&2; exit 2 ;;
+esac
+# launch writes the mpirun command (hosts, ranks per node, NIC for MPI/NCCL/gloo, main address and
+# port, re-entering the image on every rank); the host's mpirun runs it.
+# shellcheck disable=SC2086
+command=$("${run[@]}" launch --launcher mpirun --hostfile "$HOSTFILE" --nproc-per-node "$RANKS_PER_NODE" \
+  ${IFNAME:+--ifname "$IFNAME"} --print-command train $TRAIN_ARGS)
+echo "+ $command"
+eval "exec $command"

@@ -1,0 +1,37 @@
+#!/bin/bash
+# zerokit on SGE/UGE as on ABCI (qsub, whole nodes, the host's MPI): edit the settings, then
+#   qsub -g GROUP scripts/sge/train.sh
+# Any setting can also come from the environment: qsub -v CONTAINER=none ... scripts/sge/train.sh
+#$ -l rt_F=2
+#$ -l h_rt=4:00:00
+#$ -j y
+#$ -cwd
+#$ -N zerokit
+#$ -r y
+
+# ---- settings -----------------------------------------------------------------------------
+RANKS_PER_NODE=${RANKS_PER_NODE:-4}               # = GPUs per node
+CONTAINER=${CONTAINER:-singularity}               # apptainer | singularity | none
+IMAGE=${IMAGE:-$PWD/train.sif}
+TRAIN_ARGS=${TRAIN_ARGS:---config zero3 --output-dir runs/zerokit-$JOB_ID}
+IFNAME=${IFNAME:-}                                # NIC for MPI, NCCL and gloo; empty: the one routing to the first node
+MODULES=${MODULES:-singularitypro hpcx}           # ABCI modules to load; empty: none
+# ---------------------------------------------------------------------------------------------
+set -euo pipefail
+if [ -n "$MODULES" ] && [ -f /etc/profile.d/modules.sh ]; then
+  source /etc/profile.d/modules.sh
+  # shellcheck disable=SC2086
+  module load $MODULES
+fi
+case $CONTAINER in
+  apptainer|singularity) run=("$CONTAINER" exec --nv --bind "$PWD" "$IMAGE") ;;
+  none) run=() ;;
+  *) echo "error: CONTAINER=$CONTAINER: use apptainer, singularity or none" >&2; exit 2 ;;
+esac
+# ABCI writes the job's hosts to SGE_JOB_HOSTLIST; other SGE sites give PE_HOSTFILE.
+hostfile=${SGE_JOB_HOSTLIST:-${PE_HOSTFILE:?neither SGE_JOB_HOSTLIST nor PE_HOSTFILE is set: submit with qsub}}
+# shellcheck disable=SC2086
+command=$("${run[@]}" launch --launcher mpirun --hostfile "$hostfile" --nproc-per-node "$RANKS_PER_NODE" \
+  ${IFNAME:+--ifname "$IFNAME"} --print-command train $TRAIN_ARGS)
+echo "+ $command"
+eval "exec $command"
