@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
@@ -277,8 +279,22 @@ def container_prefix(environ: Mapping[str, str]) -> list[str]:
     return []
 
 
+def rank_line(plan: Plan, command: Command, hostname: str) -> str:
+    """One line per rank in the job's log: which rank runs where, and how it meets the others."""
+    env = command.env
+    return (
+        f"launch: rank {env['RANK']} of {env['WORLD_SIZE']} on {hostname} (local rank {env['LOCAL_RANK']} of "
+        f"{env['LOCAL_WORLD_SIZE']}, node {plan.node_rank} of {plan.nnodes}, {plan.environment}), main "
+        f"{plan.main_address}:{plan.main_port}, interface {plan.ifname or 'default'}"
+    )
+
+
 def execute(plan: Plan) -> int:
     """Carry out a plan: become the rank (exec), run the local ranks (spawn), or run the remote launch."""
+    if plan.mode != "remote":
+        hostname = socket.gethostname()
+        for command in plan.commands:
+            print(rank_line(plan, command, hostname), file=sys.stderr, flush=True)
     if plan.mode == "exec":
         command = plan.commands[0]
         os.execvpe(command.argv[0], list(command.argv), {**os.environ, **command.env})

@@ -1,0 +1,30 @@
+"""Fixtures for tests on a real multi-node cluster made of network namespaces (see netcluster.py)."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.netcluster import Cluster, missing_requirements, start_cluster
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """A running 2-node cluster (node1, node2) with sshd, Slurm and OpenMPI; torn down after the session."""
+    problems = missing_requirements()
+    if problems:
+        pytest.skip("cannot build a namespace cluster: " + "; ".join(problems))
+    running = start_cluster(2)
+    try:
+        yield running
+    finally:
+        running.teardown()
+
+
+@pytest.fixture
+def cluster_tmp_path(cluster: Cluster) -> Path:
+    """A fresh directory every node sees at the same path (pytest's tmp_path is under /tmp, which is per node)."""
+    return Path(tempfile.mkdtemp(dir=cluster.shared_dir))

@@ -1,0 +1,211 @@
+"""`launch` and the job scripts on a real 2-node cluster (network namespaces, Slurm, OpenMPI, sshd).
+
+Real runs of the embedded default with ZeRO-3 on CPU, in the host environment (CONTAINER=none):
+the job scripts exactly as a user submits them, but for the GPU request, which these CPU-only
+nodes cannot grant (the tests drop that one line, as a user of a CPU partition would).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.netcluster import Cluster
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS = 30
+
+
+def node_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The host environment a user of the dev checkout has on every node, with private caches."""
+    return {
+        "PATH": f"{REPO / 'entrypoints'}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "ZEROKIT_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO / "src"),
+        "ZEROKIT_CACHE": str(tmp / "zerokit-cache"),
+        "HF_HOME": str(tmp / "hf-home"),
+        "HF_HUB_OFFLINE": "1",
+        "TORCH_EXTENSIONS_DIR": str(tmp / "torch-extensions"),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONWARNINGS": "ignore",
+        **extra,
+    }
+
+
+def train_args(output: Path, *more: str) -> str:
+    return f"--config zero3 --output-dir {output} --max_steps {STEPS} --logging_steps 10 " + " ".join(more)
+
+
+def losses(output: Path) -> list[float]:
+    history = json.loads((output / "trainer_state.json").read_text())["log_history"]
+    return [entry["loss"] for entry in history if "loss" in entry]
+
+
+def assert_trained(output: Path) -> None:
+    logged = losses(output)
+    assert len(logged) == STEPS // 10
+    assert logged[-1] < 0.8 * logged[0], logged
+    assert (output / "model.safetensors").is_file()
+
+
+def ranks_seen(log: str) -> dict[int, str]:
+    """rank -> host, from launch's one line per rank."""
+    return {int(r): host for r, host in re.findall(r"launch: rank (\d+) of \d+ on (\S+)", log)}
+
+
+def cpu_job_script(script: str, tmp: Path) -> Path:
+    """The job script with its GPU request removed (these nodes have none)."""
+    text = (REPO / script).read_text()
+    path = tmp / Path(script).name
+    path.write_text("\n".join(line for line in text.splitlines() if "--gpus-per-node" not in line) + "\n")
+    return path
+
+
+def sbatch(cluster: Cluster, script: Path, tmp: Path, env: dict[str, str], *flags: str) -> tuple[int, str]:
+    result = cluster.run(
+        "node1",
+        ["sbatch", "--wait", "--nodes=2", "--cpus-per-task=1", "--time=10", *flags, str(script)],
+        env=env,
+        cwd=tmp,
+        timeout=600,
+    )
+    logs = "".join(p.read_text() for p in sorted(tmp.glob("zerokit-*.*")))
+    return result.returncode, result.stdout + result.stderr + logs
+
+
+@pytest.fixture(scope="module")
+def one_rank_per_node(cluster: Cluster) -> tuple[Path, int, str]:
+    """scripts/slurm/train.sbatch on 2 nodes x 1 rank, shared by the tests that read its result."""
+    tmp = cluster.shared_dir / "sbatch"
+    tmp.mkdir()
+    output = tmp / "run"
+    env = node_env(tmp, CONTAINER="none", TRAIN_ARGS=train_args(output))
+    code, log = sbatch(cluster, cpu_job_script("scripts/slurm/train.sbatch", tmp), tmp, env, "--ntasks-per-node=1")
+    return output, code, log
+
+
+def test_sbatch_two_nodes_one_rank_each(one_rank_per_node):
+    output, code, log = one_rank_per_node
+    assert code == 0, log[-4000:]
+    assert ranks_seen(log) == {0: "node1", 1: "node2"}
+    assert "interface eth0" in log
+    assert_trained(output)
+
+
+def test_two_nodes_match_one_node_with_the_same_world_size(cluster: Cluster, one_rank_per_node):
+    output, code, _ = one_rank_per_node
+    assert code == 0
+    tmp = cluster.shared_dir / "one-node"
+    tmp.mkdir()
+    single = tmp / "run"
+    argv = ["train", "--nproc-per-node", "2", *train_args(single).split()]
+    result = cluster.run("node1", argv, env=node_env(tmp), cwd=tmp, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert losses(single) == pytest.approx(losses(output), abs=1e-4)
+
+
+def test_srun_per_node_mode_spawns_two_ranks_on_each_node(cluster: Cluster):
+    tmp = cluster.shared_dir / "per-node"
+    tmp.mkdir()
+    output = tmp / "run"
+    env = node_env(tmp, CONTAINER="none", RANKS_PER_NODE="2", TRAIN_ARGS=train_args(output))
+    script = cpu_job_script("scripts/slurm/train-per-node.sbatch", tmp)
+    code, log = sbatch(cluster, script, tmp, env, "--ntasks-per-node=1")
+    assert code == 0, log[-4000:]
+    assert ranks_seen(log) == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
+    assert_trained(output)
+
+
+def test_host_mpirun_across_two_nodes_per_rank(cluster: Cluster):
+    tmp = cluster.shared_dir / "mpirun"
+    tmp.mkdir()
+    (tmp / "hosts").write_text("node1\nnode2\n")
+    output = tmp / "run"
+    env = node_env(
+        tmp,
+        CONTAINER="none",
+        HOSTFILE=str(tmp / "hosts"),
+        RANKS_PER_NODE="1",
+        TRAIN_ARGS=train_args(output),
+        OMPI_MCA_plm_rsh_agent=str(cluster.rsh_agent),
+        OMPI_MCA_pml="ob1",
+        OMPI_MCA_btl="tcp,self",
+    )
+    result = cluster.run("node1", [str(REPO / "scripts/mpirun/train.sh")], env=env, cwd=tmp, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert "--mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0" in log
+    assert ranks_seen(log) == {0: "node1", 1: "node2"}
+    assert_trained(output)
+
+
+def test_pdsh_from_the_head_node_over_real_sshd(cluster: Cluster):
+    tmp = cluster.shared_dir / "pdsh"
+    tmp.mkdir()
+    (tmp / "hosts").write_text("node1\nnode2\n")
+    output = tmp / "run"
+    argv = ["launch", "--launcher", "pdsh", "--hostfile", str(tmp / "hosts"), "--nproc-per-node", "1",
+            "--", "train", *train_args(output).split()]  # fmt: skip
+    result = cluster.run("node1", argv, env=node_env(tmp), cwd=tmp, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert set(ranks_seen(log).items()) == {(0, "node1"), (1, "node2")}
+    assert (tmp / ".deepspeed_env").read_text() == "OMP_NUM_THREADS=1\n"
+    assert_trained(output)
+
+
+def test_killing_one_nodes_ranks_ends_the_job_without_a_hang(cluster: Cluster):
+    tmp = cluster.shared_dir / "failure"
+    tmp.mkdir()
+    output = tmp / "run"
+    args = train_args(output, "--save_strategy steps --save_steps 5").replace(
+        f"--max_steps {STEPS}", "--max_steps 2000"
+    )
+    srun = ["srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1", "--kill-on-bad-exit=1",
+            "launch", "train", *args.split()]  # fmt: skip
+    job = cluster.popen("node1", srun, env=node_env(tmp), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not (output / "checkpoint-10" / "trainer_state.json").is_file():
+            assert job.poll() is None, "the job ended before its second checkpoint"
+            assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
+            time.sleep(1)
+        killed_at = time.monotonic()
+        victims = node_train_pids(cluster.node("node2").netns)
+        assert victims
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        code = job.wait(timeout=120)
+        assert time.monotonic() - killed_at < 120
+        assert code != 0
+    finally:
+        if job.poll() is None:
+            job.kill()
+    log = job.stdout.read().decode(errors="replace")
+    checkpoints = sorted(output.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    last = checkpoints[-1]
+    state = json.loads((last / "trainer_state.json").read_text())
+    assert state["global_step"] == int(last.name.split("-")[1]), log[-3000:]
+    assert (last / "model.safetensors").is_file() or any(last.glob("global_step*"))
+
+
+def node_train_pids(netns: str) -> list[int]:
+    """PIDs of the training ranks running in a node's network namespace."""
+    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split()
+    found = []
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"zerokit" in cmdline and b"train" in cmdline and b"launch" not in cmdline:
+            found.append(int(pid))
+    return found
