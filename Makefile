@@ -6,8 +6,10 @@ STACK ?= cpu
 PYTHON ?= python3
 VENV ?= .venv
 VPY := $(VENV)/bin/python
-# A folder of wheels that are not on PyPI (the CPU torch build) or of every wheel (air-gapped).
-WHEELHOUSE ?= $(wildcard /opt/wheels)
+# A folder of wheels that are not on PyPI or of every wheel (air-gapped sites). By default the
+# CPU torch wheel folder of this kind of machine, for the cpu stack only: in a CUDA stack's lock
+# torch is PyPI's CUDA build, and the folder's +cpu wheel would not match its hash.
+WHEELHOUSE ?= $(if $(filter cpu,$(STACK)),$(wildcard /opt/wheels))
 DS_WHEEL_DIR := build/wheels/$(STACK)
 DS_WHEEL_STAMP := $(DS_WHEEL_DIR)/.built
 LOCK := containers/lock/$(STACK).txt
@@ -17,11 +19,8 @@ STACK_CMD := PYTHONPATH=src $(PYTHON) -m zerokit.stack $(STACK)
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/build/torch_extensions
 PYTEST_ARGS ?=
 
-ifneq ($(WHEELHOUSE),)
-PIP_SOURCES := --find-links $(WHEELHOUSE)
-else
-PIP_SOURCES = --extra-index-url $(shell $(STACK_CMD) get extra_index_url)
-endif
+EXTRA_INDEX = $(shell $(STACK_CMD) get extra_index_url)
+PIP_SOURCES = $(if $(WHEELHOUSE),--find-links $(WHEELHOUSE),$(if $(EXTRA_INDEX),--extra-index-url $(EXTRA_INDEX)))
 export PIP_FIND_LINKS := $(WHEELHOUSE)
 UV ?= $(VENV)/bin/uv
 UV_COMPILE = $(UV) pip compile --generate-hashes --no-header $(PIP_SOURCES) \
@@ -76,7 +75,7 @@ lint: venv  ## ruff
 lock:  ## re-resolve containers/lock/$(STACK).txt from the stack's pins (needs uv)
 	{ echo "# Top-level pins of $(STACK_FILE); regenerate with: make lock STACK=$(STACK)"; $(STACK_CMD) requirements; } > containers/lock/$(STACK).in
 	$(UV_COMPILE) containers/lock/$(STACK).in -o $(LOCK)
-	$(UV_COMPILE) containers/lock/dev.in -c containers/lock/cpu.txt -o containers/lock/dev.txt
+	$(if $(filter cpu,$(STACK)),$(UV_COMPILE) containers/lock/dev.in -c containers/lock/cpu.txt -o containers/lock/dev.txt)
 
 base-image:  ## make $(LOCAL_BASE_IMAGE) with debootstrap, for machines that reach no registry
 	DOCKER=$(DOCKER) containers/make-base-image $(LOCAL_BASE_IMAGE)
