@@ -43,6 +43,7 @@ ARG STACK=cpu
 RUN useradd --create-home --uid 1000 zerokit \
  && mkdir -p /etc/zerokit /data/huggingface && chmod 1777 /data /data/huggingface
 COPY --from=build /opt/venv /opt/venv
+ARG DS_ACCELERATOR=cpu
 # Set late: it changes with every commit, and layers above it stay cached.
 ARG IMAGE_ID=dev
 # Caches: node-local (/tmp) and specific to this image, so two images never share compiled code.
@@ -50,6 +51,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     ZEROKIT_HOME=/opt/zerokit \
     ZEROKIT_STACK=${STACK} \
     ZEROKIT_PYTHON=/opt/venv/bin/python \
+    DS_ACCELERATOR=${DS_ACCELERATOR} \
     TORCH_EXTENSIONS_DIR=/tmp/zerokit-${IMAGE_ID}/torch_extensions \
     TRITON_CACHE_DIR=/tmp/zerokit-${IMAGE_ID}/triton \
     HF_HOME=/data/huggingface

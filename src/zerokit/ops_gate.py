@@ -32,8 +32,24 @@ def check_op(name: str) -> OpStatus:
     try:
         builder.load(verbose=False)
     except Exception as error:  # the op's own import error is the message the user needs
+        if DRIVER_LIBRARY in str(error) and not driver_present():
+            # A GPU image built on a GPU-less machine: everything but the driver was resolved.
+            return OpStatus(name, True, f"prebuilt; needs the NVIDIA driver ({DRIVER_LIBRARY}) to load, absent here")
         return OpStatus(name, False, f"prebuilt but fails to load: {type(error).__name__}: {error}")
     return OpStatus(name, True, "prebuilt and loads")
+
+
+DRIVER_LIBRARY = "libcuda.so.1"
+
+
+def driver_present() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL(DRIVER_LIBRARY)
+    except OSError:
+        return False
+    return True
 
 
 def _errors(builder) -> str:

@@ -64,8 +64,10 @@ def writable(path: Path) -> str:
     base = existing_ancestor(path)
     if not base.is_dir():
         return f"{base} is not a directory, so {path} cannot be created"
-    if not os.access(base, os.W_OK | os.X_OK):
-        return f"{path} does not exist and {base} is not writable"
+    try:  # a real probe, as above: root passes os.access even on /proc or a read-only mount
+        os.rmdir(tempfile.mkdtemp(dir=base))
+    except OSError as error:
+        return f"{path} does not exist and cannot be created in {base} ({error.strerror})"
     return ""
 
 

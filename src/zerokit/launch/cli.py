@@ -17,6 +17,7 @@ from zerokit.launch.config import parse
 from zerokit.launch.environment import free_port
 from zerokit.launch.nic import interface_to
 from zerokit.launch.plan import Plan, execute, plan
+from zerokit.launch.preflight import preflight_failures, report, runs_preflight
 
 
 def describe(p: Plan) -> str:
@@ -51,6 +52,11 @@ def main(argv: list[str]) -> int:
     if config.dry_run:
         print(json.dumps(the_plan.to_json(), indent=2) if config.as_json else describe(the_plan))
         return 0
+    if config.preflight and runs_preflight(the_plan):
+        failures = preflight_failures(the_plan, os.environ)
+        if failures:
+            report(failures)
+            return 1
     if the_plan.mode == "remote" and config.launcher == "pdsh":
         write_deepspeed_env(the_plan, Path(config.workdir))
     return execute(the_plan)

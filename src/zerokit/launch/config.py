@@ -31,6 +31,7 @@ class LaunchConfig:
     dry_run: bool
     as_json: bool
     print_command: bool
+    preflight: bool
 
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -72,6 +73,12 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         action="store_true",
         help="with --launcher mpirun/pdsh: print the command that starts "
         "every node, shell-quoted, and run nothing (job scripts run it with the host's mpirun)",
+    )
+    add(
+        "--no-preflight",
+        action="store_true",
+        default=env("NO_PREFLIGHT") == "1",
+        help="start without doctor's checks of this node (ops, /dev/shm, interface, caches)",
     )
     add("command", nargs=argparse.REMAINDER, help="train [flags] | -- any command")
     return parser
@@ -121,4 +128,5 @@ def parse(argv: Sequence[str], environ: Mapping[str, str], python: str) -> Launc
         dry_run=args.dry_run,
         as_json=args.json,
         print_command=args.print_command,
+        preflight=not args.no_preflight,
     )
