@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.netcluster import Cluster, missing_requirements, start_cluster
+from tests.cluster.sge import Sge, missing_sge, start_sge, stop_sge
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +29,16 @@ def cluster() -> Iterator[Cluster]:
 def cluster_tmp_path(cluster: Cluster) -> Path:
     """A fresh directory every node sees at the same path (pytest's tmp_path is under /tmp, which is per node)."""
     return Path(tempfile.mkdtemp(dir=cluster.shared_dir))
+
+
+@pytest.fixture(scope="session")
+def sge_cluster(cluster: Cluster) -> Iterator[Sge]:
+    """Son of Grid Engine on the session's cluster: qmaster on node1, an execd per node, queue all.q, PE mpi."""
+    problems = missing_sge()
+    if problems:
+        pytest.skip("cannot run Grid Engine: " + "; ".join(problems))
+    sge = start_sge(cluster)
+    try:
+        yield sge
+    finally:
+        stop_sge(sge)
