@@ -36,7 +36,22 @@ LOCAL_BASE_IMAGE ?= zerokit/debian:bookworm
 SIF ?= train.sif
 APPTAINER ?= $(firstword $(shell command -v apptainer singularity 2>/dev/null))
 
-.PHONY: help sysdeps venv demo test lint lock clean image base-image sif
+# Smoke test of an image (see README): `zerokit smoke` inside it, the GPU passed in; SMOKE_DEVICE=cpu
+# runs the same steps on CPU ranks. IMAGE: a Docker tag, or for apptainer a .sif (or docker-daemon:TAG).
+IMAGE ?= $(TAG)
+RUNTIME ?= docker
+SMOKE_DEVICE ?= gpu
+SMOKE_OUT ?= runs/smoke
+SMOKE_ARGS = zerokit smoke --device $(SMOKE_DEVICE) --output /smoke
+GPU_FLAG_docker = --gpus all
+GPU_FLAG_apptainer = --nv
+GPU_FLAG = $(if $(filter gpu,$(SMOKE_DEVICE)),$(GPU_FLAG_$(RUNTIME)))
+# Docker runs as the caller, so the report belongs to them (HOME: the caller may have no home in the image).
+SMOKE_docker = $(DOCKER) run --rm $(GPU_FLAG) --shm-size=8g --user "$$(id -u):$$(id -g)" -e HOME=/tmp \
+  -v "$(abspath $(SMOKE_OUT)):/smoke" $(IMAGE) $(SMOKE_ARGS)
+SMOKE_apptainer = $(or $(APPTAINER),apptainer) exec $(GPU_FLAG) --bind "$(abspath $(SMOKE_OUT)):/smoke" $(IMAGE) $(SMOKE_ARGS)
+
+.PHONY: help sysdeps venv demo test lint lock clean image base-image sif smoke
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -44,7 +59,7 @@ help:  ## list the targets
 sysdeps:  ## install the system packages the environment needs (as root on Debian/Ubuntu)
 	@containers/install-sysdeps
 
-$(VENV)/.lock-$(STACK): $(LOCK) | sysdeps
+$(VENV)/.lock-$(STACK): $(LOCK) containers/lock/dev.txt | sysdeps
 	$(PYTHON) -m venv $(VENV)
 	containers/install-lock $(VPY) $(STACK)
 	$(VPY) -m pip install --quiet --no-deps --require-hashes -r containers/lock/dev.txt
@@ -90,6 +105,11 @@ sif:  ## turn image TAG into $(SIF) with Apptainer (or Singularity)
 	(https://apptainer.org/docs/admin/main/installation.html), or load the image on a machine with apptainer \
 	and docker ($(DOCKER) save $(TAG) | gzip > zerokit-$(STACK).tar.gz; there: docker load) and run make sif there" >&2; exit 2; }
 	$(APPTAINER) build --build-arg IMAGE=$(TAG) --build-arg STACK=$(STACK) $(SIF) apptainer.def
+
+smoke:  ## smoke-test IMAGE on one GPU (SMOKE_DEVICE=cpu: on CPU; RUNTIME=apptainer); report in $(SMOKE_OUT)
+	$(if $(SMOKE_$(RUNTIME)),,$(error RUNTIME=$(RUNTIME): use docker or apptainer))
+	mkdir -p $(SMOKE_OUT)
+	$(SMOKE_$(RUNTIME))
 
 clean:  ## remove the environment and build outputs (not runs/)
 	rm -rf $(VENV) build

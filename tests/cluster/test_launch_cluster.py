@@ -147,6 +147,26 @@ def test_host_mpirun_across_two_nodes_per_rank(cluster: Cluster):
     assert_trained(output)
 
 
+def test_sge_job_script_under_real_qsub(sge_cluster):
+    """scripts/sge/train.sh submitted to Son of Grid Engine; ABCI's rt_F resource is dropped (not defined here)."""
+    cluster = sge_cluster.cluster
+    tmp = cluster.shared_dir / "sge"
+    tmp.mkdir()
+    output = tmp / "run"
+    text = (REPO / "scripts/sge/train.sh").read_text()
+    script = tmp / "train.sh"
+    script.write_text("\n".join(line for line in text.splitlines() if "rt_F" not in line) + "\n")
+    env = node_env(tmp, CONTAINER="none", MODULES="", RANKS_PER_NODE="1", TRAIN_ARGS=train_args(output))
+    argv = ["qsub", "-sync", "y", "-V", "-pe", sge_cluster.pe, "2", "-o", str(tmp / "job.log"), str(script)]
+    result = sge_cluster.run("node1", argv, env=env, cwd=tmp, timeout=600)
+    log = result.stdout + result.stderr + (tmp / "job.log").read_text()
+    assert result.returncode == 0, log[-4000:]
+    ranks = ranks_seen(log)  # SGE orders PE_HOSTFILE itself: either node may hold rank 0
+    assert sorted(ranks) == [0, 1] and set(ranks.values()) == {"node1", "node2"}
+    assert ", sge), main " in log
+    assert_trained(output)
+
+
 def test_pdsh_from_the_head_node_over_real_sshd(cluster: Cluster):
     tmp = cluster.shared_dir / "pdsh"
     tmp.mkdir()
