@@ -1,4 +1,4 @@
-"""The ops gate (run by `make venv` and the image build) fails, naming the op and why, for an op that is not prebuilt."""
+"""The ops gate (run by `make venv` and the image build) fails, naming the op and why, for an op not prebuilt."""
 
 from __future__ import annotations
 
