@@ -31,6 +31,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -408,15 +409,31 @@ def _ip(*args: str) -> None:
         raise ClusterError(f"`ip {shlex.join(args)}` failed: {result.stderr.strip()}")
 
 
+def _kept_under_tmp() -> list[Path]:
+    """Paths under /tmp that every node must still see: this checkout and the Python running the tests
+    (a CI clone may live in /tmp, which each node replaces with its own)."""
+    candidates = sorted({Path(__file__).resolve().parents[2], Path(sys.prefix).resolve()})
+    under_tmp = [p for p in candidates if p.is_relative_to("/tmp") and p != Path("/tmp")]
+    return [p for p in under_tmp if not any(p != q and p.is_relative_to(q) for q in under_tmp)]
+
+
 def _start_holder(cluster: Cluster, node: Node) -> subprocess.Popen:
     """A `sleep` inside the node's net namespace, with a new UTS and mount namespace set up as the node's."""
     run = cluster.run_dir
+    kept = [shlex.quote(str(p)) for p in _kept_under_tmp()]
+    stash = [node.dir / f"kept-{i}" for i in range(len(kept))]
+    for folder in stash:
+        folder.mkdir(exist_ok=True)
+    pairs = list(zip(kept, stash, strict=True))
     setup = " && ".join(
         [
             f"hostname {node.name}",
             f"mount --bind {run / 'hosts'} /etc/hosts",
             f"mount --bind {run / 'ssh' / 'ssh_config'} /etc/ssh/ssh_config",
+            # The node's own /tmp, with the kept paths moved back in at their places.
+            *[f"mount --bind {path} {place}" for path, place in pairs],
             f"mount --bind {node.dir / 'tmp'} /tmp",
+            *[f"mkdir -p {path} && mount --move {place} {path}" for path, place in pairs],
             # A fresh sysfs, so /sys/class/net shows the node's interfaces; the host's cgroups stay (slurmd needs them).
             f"if mountpoint -q /sys/fs/cgroup; then mount --rbind /sys/fs/cgroup {node.dir / 'cgroup'}; fi",
             "mount -t sysfs sysfs /sys",
