@@ -18,7 +18,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends $APT_BUILD && r
 ARG STACK=cpu
 WORKDIR /opt/zerokit
 # Only what the install scripts read, so a change elsewhere keeps these layers cached.
-COPY containers/site-env containers/install-lock containers/build-ds-wheel containers/portable-cc containers/
+COPY containers/site-env containers/install-lock containers/build-ds-wheel containers/portable-cc containers/cuda-home \
+     containers/
 COPY containers/stacks/ containers/stacks/
 COPY containers/lock/${STACK}.txt containers/lock/
 COPY src/zerokit/__init__.py src/zerokit/errors.py src/zerokit/paths.py src/zerokit/stack.py src/zerokit/

@@ -8,7 +8,6 @@ builds DeepSpeed's ops (`DS_BUILD_*`, `TORCH_CUDA_ARCH_LIST`, the portable CPU t
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -140,6 +139,8 @@ def load_stack(name_or_path: str) -> Stack:
         raise StackError(f"{path}: unknown DeepSpeed op(s) {unknown}; known: {sorted(DS_BUILD_VARS)}")
     if stack.cpu_target not in SIMD_FOR_TARGET:
         raise StackError(f"{path}: cpu_target {stack.cpu_target!r} is not one of {sorted(SIMD_FOR_TARGET)}")
+    if " " in stack.torch_cuda_arch_list + stack.cpu_target:
+        raise StackError(f"{path}: write torch_cuda_arch_list with semicolons and no spaces, e.g. \"8.0;9.0\"")
     if stack.accelerator == "cuda" and not stack.torch_cuda_arch_list:
         raise StackError(f'{path}: a cuda stack needs an explicit torch_cuda_arch_list, e.g. "8.0;9.0"')
     return stack
@@ -160,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.field == "requirements":
         print("\n".join(stack.requirements()))
     elif args.field == "ds-build-env":
-        print(" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(stack.ds_build_env().items())))
+        # Unquoted NAME=value words, for `env $(...)` in a POSIX shell: no value holds a space.
+        print(" ".join(f"{k}={v}" for k, v in sorted(stack.ds_build_env().items())))
     elif args.field == "lock-file":
         print(stack.lock_file)
     elif args.field == "labels":
