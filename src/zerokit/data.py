@@ -9,6 +9,7 @@ from pathlib import Path
 from zerokit.errors import UserError
 
 TEXT_SUFFIXES = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv"}
+PREPARED_NAME = "zerokit-prepared.json"  # marks a folder written by `prepare tokenize`
 SOURCE_HELP = "a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder, or a Hub dataset name"
 
 
@@ -16,7 +17,7 @@ SOURCE_HELP = "a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk f
 class DatasetSource:
     """Where the text comes from: a loader name and its files, a save_to_disk folder, or a Hub name."""
 
-    kind: str  # "files", "disk" or "hub"
+    kind: str  # "files", "disk", "prepared" (written by `prepare tokenize`) or "hub"
     location: str
     loader: str = ""
     data_files: tuple[str, ...] = ()
@@ -38,6 +39,8 @@ def resolve_source(name: str) -> DatasetSource:
         if loader is None:
             raise UserError(f"dataset {path}: unknown file type {path.suffix!r} (give {SOURCE_HELP})")
         return DatasetSource(kind="files", location=str(path), loader=loader, data_files=(str(path),))
+    if (path / PREPARED_NAME).is_file():
+        return DatasetSource(kind="prepared", location=str(path))
     if (path / "dataset_dict.json").is_file() or (path / "dataset_info.json").is_file():
         return DatasetSource(kind="disk", location=str(path))
     texts = sorted(str(p) for p in path.rglob("*.txt"))
@@ -54,7 +57,7 @@ def load_raw(source: DatasetSource, validation_percent: int, seed: int, splits: 
 
     if splits:  # explicit split files (the embedded corpus)
         raw = datasets.load_dataset("text", data_files=splits)
-    elif source.kind == "disk":
+    elif source.kind in ("disk", "prepared"):
         raw = datasets.load_from_disk(source.location)
     elif source.kind == "hub":
         raw = datasets.load_dataset(source.location)
@@ -69,10 +72,47 @@ def load_raw(source: DatasetSource, validation_percent: int, seed: int, splits: 
 
 
 def tokenize_and_group(raw, tokenizer, text_column: str, block_size: int, num_proc: int | None = None):
-    """Tokenize every line (EOS appended), concatenate, cut into block_size chunks with labels = inputs."""
-    columns = raw["train"].column_names
+    """Tokenize every line (EOS appended), concatenate, cut into block_size chunks with labels = inputs.
+
+    Tokenizing runs in num_proc processes; grouping (cheap) in one, so the blocks do not depend on
+    num_proc: `prepare tokenize` with 8 processes gives the blocks train makes itself.
+    """
+    columns = check_text_column(raw["train"].column_names, text_column)
+    tokenize, group = block_functions(tokenizer, text_column, block_size)
+    tokenized = raw.map(tokenize, batched=True, remove_columns=columns, num_proc=num_proc, desc="tokenizing")
+    return tokenized.map(group, batched=True, desc=f"grouping into blocks of {block_size}")
+
+
+def stream_blocks(source: DatasetSource, tokenizer, text_column: str, block_size: int) -> dict:
+    """`--streaming`: read, tokenize and group lazily while training, for corpora larger than disk or memory.
+
+    Nothing is written and no eval split is held out: "validation" is None unless the source has one.
+    """
+    import datasets
+
+    if source.kind in ("disk", "prepared"):
+        raise UserError(f"--streaming is for text files and Hub datasets, not {source.location}: drop --streaming")
+    if source.kind == "hub":
+        raw = datasets.load_dataset(source.location, streaming=True)
+    else:
+        raw = datasets.load_dataset(source.loader, data_files={"train": list(source.data_files)}, streaming=True)
+    tokenize, group = block_functions(tokenizer, text_column, block_size)
+    streams = {"validation": None}
+    for split in ("train", "validation"):
+        if split in raw:
+            columns = check_text_column(raw[split].column_names or list(next(iter(raw[split]))), text_column)
+            streams[split] = raw[split].map(tokenize, batched=True, remove_columns=columns).map(group, batched=True)
+    return streams
+
+
+def check_text_column(columns: list[str], text_column: str) -> list[str]:
     if text_column not in columns:
         raise UserError(f"dataset has no column {text_column!r}; it has {columns}: pass --text-column NAME")
+    return columns
+
+
+def block_functions(tokenizer, text_column: str, block_size: int):
+    """The two batched map functions: tokenize (EOS appended), group into blocks with labels."""
 
     def tokenize(batch):
         texts = [t + tokenizer.eos_token for t in batch[text_column] if t and t.strip()]
@@ -85,5 +125,4 @@ def tokenize_and_group(raw, tokenizer, text_column: str, block_size: int, num_pr
         blocks["labels"] = [ids.copy() for ids in blocks["input_ids"]]
         return blocks
 
-    tokenized = raw.map(tokenize, batched=True, remove_columns=columns, num_proc=num_proc, desc="tokenizing")
-    return tokenized.map(group, batched=True, num_proc=num_proc, desc=f"grouping into blocks of {block_size}")
+    return tokenize, group

@@ -1,4 +1,8 @@
-"""`generate`: sample text from a trained model folder (prompts from flags or a file), write jsonl."""
+"""`generate`: sample text from a trained model folder, or a LoRA adapter folder on its base; write jsonl.
+
+Prompts come from `--prompt` (repeatable), `--prompts-file` (one per line) or `--jsonl` rows
+(the `prompt` field, or `--template "Question: {question}\\nAnswer:"` filled from each row).
+"""
 
 from __future__ import annotations
 
@@ -9,18 +13,43 @@ from pathlib import Path
 
 from zerokit.errors import UserError
 
+ADAPTER_CONFIG = "adapter_config.json"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="generate", description=__doc__)
-    parser.add_argument("model", help="a folder written by train (or a Hub id)")
-    parser.add_argument("--prompt", action="append", default=[], help="a prompt; repeat for several")
-    parser.add_argument("--prompts-file", type=Path, help="one prompt per line")
-    parser.add_argument("--max-new-tokens", type=int, default=24)
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 means greedy")
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, help="write jsonl here (default: print to stdout)")
+    add = parser.add_argument
+    add("model", help="a folder written by train (a model, or a LoRA adapter), or a Hub id")
+    add("--base", help="base model of a LoRA adapter folder (default: the one recorded in adapter_config.json)")
+    add("--prompt", action="append", default=[], help="a prompt; repeat for several")
+    add("--prompts-file", type=Path, help="one prompt per line")
+    add("--jsonl", type=Path, help="prompts from jsonl rows: the `prompt` field, or --template filled from each row")
+    add("--template", help='with --jsonl: e.g. "Question: {question}\\nAnswer:"')
+    add("--max-new-tokens", type=int, default=24)
+    add("--temperature", type=float, default=0.0, help="0 means greedy")
+    add("--top-p", type=float, default=1.0)
+    add("--seed", type=int, default=0)
+    add("--batch-size", type=int, default=8, help="prompts per generate call")
+    add("--output", type=Path, help="write jsonl here (default: print to stdout)")
+    add("--overwrite", action="store_true", help="replace an existing --output file")
     return parser
+
+
+def load_model(model_dir: str, base: str | None = None):
+    """The model of a trained folder, or base + the LoRA adapter in it."""
+    from transformers import AutoModelForCausalLM
+
+    adapter_config = Path(model_dir) / ADAPTER_CONFIG
+    if not adapter_config.is_file():
+        if base:
+            raise UserError(f"--base is for LoRA adapter folders; {model_dir} has no {ADAPTER_CONFIG}")
+        return AutoModelForCausalLM.from_pretrained(model_dir)
+    from peft import PeftModel
+
+    base = base or json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+    if not base:
+        raise UserError(f"{model_dir} is a LoRA adapter that names no base model: pass --base MODEL")
+    return PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), model_dir)
 
 
 def generate(
@@ -30,41 +59,84 @@ def generate(
     temperature: float = 0.0,
     top_p: float = 1.0,
     seed: int = 0,
+    batch_size: int = 8,
+    base: str | None = None,
 ) -> list[str]:
-    """Completions (prompt included) for each prompt, one batch, on the GPU when there is one."""
+    """Completions (prompt included) for each prompt, in batches, on the GPU when there is one."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+    from transformers import AutoTokenizer, set_seed
 
     set_seed(seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(model_dir).to(device).eval()
-    batch = tokenizer(prompts, return_tensors="pt", padding=True).to(device)
+    model = load_model(model_dir, base).to(device).eval()
     sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {}
-    with torch.no_grad():
-        out = model.generate(
-            **batch,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=tokenizer.pad_token_id,
-            **({"do_sample": False} | sampling),
-        )
-    return tokenizer.batch_decode(out, skip_special_tokens=True)
+    texts: list[str] = []
+    for start in range(0, len(prompts), batch_size):
+        batch = tokenizer(prompts[start : start + batch_size], return_tensors="pt", padding=True).to(device)
+        with torch.no_grad():
+            out = model.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                **({"do_sample": False} | sampling),
+            )
+        texts += tokenizer.batch_decode(out, skip_special_tokens=True)
+    return texts
+
+
+def read_prompts(args: argparse.Namespace) -> list[str]:
+    from zerokit.prepare.pack import decode_escapes
+
+    prompts = list(args.prompt)
+    for path in filter(None, (args.prompts_file, args.jsonl)):
+        if not path.is_file():
+            raise UserError(f"prompts file not found: {path}")
+    if args.prompts_file:
+        prompts += [line for line in args.prompts_file.read_text().splitlines() if line.strip()]
+    if args.template and not args.jsonl:
+        raise UserError("--template fills prompts from --jsonl rows: pass --jsonl FILE")
+    if args.jsonl:
+        template = decode_escapes(args.template) if args.template else "{prompt}"
+        for number, line in enumerate(args.jsonl.read_text().splitlines(), 1):
+            if line.strip():
+                prompts.append(fill(template, json.loads(line), f"{args.jsonl}:{number}"))
+    if not prompts:
+        raise UserError("no prompts: pass --prompt TEXT, --prompts-file FILE or --jsonl FILE")
+    return prompts
+
+
+def fill(template: str, row: dict, where: str) -> str:
+    try:
+        return template.format_map(row)
+    except KeyError as error:
+        raise UserError(f"{where}: no field {error} for the template; the row has {', '.join(row)}") from None
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    prompts = list(args.prompt)
-    if args.prompts_file:
-        if not args.prompts_file.is_file():
-            raise UserError(f"prompts file not found: {args.prompts_file}")
-        prompts += [line for line in args.prompts_file.read_text().splitlines() if line.strip()]
-    if not prompts:
-        raise UserError("no prompts: pass --prompt TEXT or --prompts-file FILE")
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
+    prompts = read_prompts(args)
     if not Path(args.model).exists() and Path(args.model).is_absolute():
         raise UserError(f"model folder not found: {args.model}")
-    texts = generate(args.model, prompts, args.max_new_tokens, args.temperature, args.top_p, args.seed)
-    lines = [json.dumps({"prompt": p, "text": t}) for p, t in zip(prompts, texts, strict=True)]
+    if args.output and args.output.exists() and not args.overwrite:
+        raise UserError(f"output {args.output} exists: pick another --output, or pass --overwrite")
+    texts = generate(
+        args.model,
+        prompts,
+        args.max_new_tokens,
+        args.temperature,
+        args.top_p,
+        args.seed,
+        args.batch_size,
+        args.base,
+    )
+    lines = [
+        json.dumps({"prompt": p, "text": t, "completion": t[len(p) :] if t.startswith(p) else t})
+        for p, t in zip(prompts, texts, strict=True)
+    ]
     if args.output:
         args.output.write_text("\n".join(lines) + "\n")
     else:

@@ -10,9 +10,5 @@ def _not_yet(name: str) -> int:
     return 2
 
 
-def prepare(argv: list[str]) -> int:
-    return _not_yet("prepare")
-
-
 def bench(argv: list[str]) -> int:
     return _not_yet("bench")

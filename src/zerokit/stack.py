@@ -140,7 +140,7 @@ def load_stack(name_or_path: str) -> Stack:
     if stack.cpu_target not in SIMD_FOR_TARGET:
         raise StackError(f"{path}: cpu_target {stack.cpu_target!r} is not one of {sorted(SIMD_FOR_TARGET)}")
     if " " in stack.torch_cuda_arch_list + stack.cpu_target:
-        raise StackError(f"{path}: write torch_cuda_arch_list with semicolons and no spaces, e.g. \"8.0;9.0\"")
+        raise StackError(f'{path}: write torch_cuda_arch_list with semicolons and no spaces, e.g. "8.0;9.0"')
     if stack.accelerator == "cuda" and not stack.torch_cuda_arch_list:
         raise StackError(f'{path}: a cuda stack needs an explicit torch_cuda_arch_list, e.g. "8.0;9.0"')
     return stack

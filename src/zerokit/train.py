@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zerokit.errors import UserError
+from zerokit.lora import LORA_FORMAT, parse_lora
 from zerokit.paths import CONFIGS_DIR
 
 # Defaults for the embedded default job (tiny model, generated corpus), sized for a 2-core CPU.
@@ -54,6 +55,13 @@ class TrainOptions:
     validation_split_percentage: int
     block_size: int | None
     nproc_per_node: int
+    resume: str | None = None
+    lora: str | None = None
+    train_last_layers: int | None = None
+    merge: bool = False
+    deterministic: bool = False
+    online: bool = False
+    streaming: bool = False
 
     @property
     def embedded(self) -> bool:
@@ -86,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--validation-split-percentage", type=int, default=5, help="eval split taken from train when none exists")
     add("--block-size", type=int, help="tokens per training sequence (default: the model's maximum, at most 1024)")
     add("--nproc-per-node", type=int, default=1, help="start this many local ranks (CPU cores or GPUs)")
+    add("--resume", metavar="auto|PATH", help="resume from a checkpoint; auto: the newest complete one, if any")
+    add("--lora", nargs="?", const="", metavar="SPEC", help=f"train LoRA adapters (peft): {LORA_FORMAT}")
+    add("--train-last-layers", type=int, metavar="N", help="train only the last N transformer layers")
+    add("--merge", action="store_true", help="with --lora: also write the base with the adapter merged into merged/")
+    add("--deterministic", action="store_true", help="deterministic algorithms (full_determinism), with --seed")
+    add("--streaming", action="store_true", help="tokenize --dataset on the fly, nothing written (needs --max_steps)")
+    add("--online", action="store_true", help="allow Hub downloads (default: offline, HF_HUB_OFFLINE=1)")
     return parser
 
 
@@ -142,7 +157,17 @@ def parse(argv: list[str]) -> tuple[TrainOptions, list[str]]:
         validation_split_percentage=namespace.validation_split_percentage,
         block_size=namespace.block_size,
         nproc_per_node=namespace.nproc_per_node,
+        resume=namespace.resume,
+        lora=namespace.lora,
+        train_last_layers=namespace.train_last_layers,
+        merge=namespace.merge,
+        deterministic=namespace.deterministic,
+        online=namespace.online,
+        streaming=namespace.streaming,
     )
+    if options.streaming and not options.dataset:
+        raise UserError("--streaming needs --dataset (the embedded corpus is small)")
+    check_fine_tuning(options)
     if options.from_scratch and not options.model:
         raise UserError("--from-scratch needs --model (whose config is used); or use --model-type")
     if options.dataset:
@@ -152,10 +177,42 @@ def parse(argv: list[str]) -> tuple[TrainOptions, list[str]]:
     return options, hf_argv
 
 
+def check_fine_tuning(options: TrainOptions) -> None:
+    if options.train_last_layers is not None and options.train_last_layers < 1:
+        raise UserError(f"--train-last-layers must be at least 1, got {options.train_last_layers}")
+    if options.lora is not None:
+        parse_lora(options.lora)  # a bad spec fails now, not in the ranks
+        if options.train_last_layers:
+            raise UserError("--lora and --train-last-layers exclude each other: pick one")
+    if options.merge and (options.lora is None or not options.model or options.from_scratch):
+        raise UserError("--merge needs --lora and a pretrained --model (the base the adapter is merged into)")
+
+
+def check_hub_inputs(options: TrainOptions) -> None:
+    """Offline (the default): Hub names must be in the cache; fail now, in one line, naming `prepare`."""
+    from zerokit import offline
+
+    if options.online:
+        return
+    offline.go_offline(os.environ)
+    if not offline.is_offline(os.environ):
+        return
+    if options.model:
+        offline.require_cached_model(options.model)
+    if options.tokenizer:
+        offline.require_cached_tokenizer(options.tokenizer)
+    if options.dataset:
+        from zerokit.data import resolve_source
+
+        if resolve_source(options.dataset).kind == "hub":
+            offline.require_cached_dataset(options.dataset)
+
+
 def main(argv: list[str]) -> int:
     options, hf_argv = parse(argv)
     # Every rank checks before the rendezvous; nothing is written to the output folder before it.
-    check_output_dir(options.output_dir, options.overwrite)
+    check_output_dir(options.output_dir, options.overwrite or options.resume is not None)
+    check_hub_inputs(options)
     if options.nproc_per_node > 1:
         from zerokit.launch.cli import main as launch_main
 
@@ -183,7 +240,16 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
     ensure_rank_env(os.environ)
     warnings.filterwarnings("ignore", category=FutureWarning)
     import torch
-    from transformers import HfArgumentParser, Trainer, TrainingArguments, default_data_collator, set_seed
+    from transformers import HfArgumentParser, TrainingArguments, default_data_collator, set_seed
+    from transformers.trainer_utils import enable_full_determinism
+
+    from zerokit.checkpoints import AtomicCheckpointTrainer, check_world_size, resolve_resume
+    from zerokit.preemption import REQUEUE_EXIT_CODE, PreemptionCallback
+
+    preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
+    resume = resolve_resume(options.resume, options.output_dir)
+    if resume:
+        check_world_size(resume, int(os.environ["WORLD_SIZE"]))
 
     on_gpu = torch.cuda.is_available()
     parser = HfArgumentParser(TrainingArguments)
@@ -197,36 +263,85 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
         forced += ["--deepspeed", str(options.ds_config)]
     if not on_gpu:
         forced += ["--use_cpu", "true"]
+    if options.deterministic:
+        forced += ["--full_determinism", "true"]
     (args,) = parser.parse_args_into_dataclasses(hf_argv + forced)
+    if options.streaming and args.max_steps <= 0:
+        raise UserError("--streaming has no length to plan epochs from: pass --max_steps N")
     join_process_group(args, deepspeed=options.ds_config is not None)
-    set_seed(args.seed)
+    if args.full_determinism:
+        enable_full_determinism(args.seed)
+    else:
+        set_seed(args.seed)
 
     tokenizer = load_tokenizer(options)
-    model = load_model(options, tokenizer)
-    block_size = pick_block_size(options, tokenizer, model)
-    with args.main_process_first(desc="dataset"):
-        datasets = load_datasets(options, tokenizer, block_size, args.seed)
+    model = fine_tuning(options, load_model(options, tokenizer), args)
+    datasets = load_datasets(options, tokenizer, model, args)
 
-    trainer = Trainer(
+    trainer = AtomicCheckpointTrainer(
         model=model,
         args=args,
         train_dataset=datasets["train"],
         eval_dataset=datasets["validation"],
         processing_class=tokenizer,
         data_collator=default_data_collator,
+        callbacks=[preemption],
     )
-    result = trainer.train()
+    if args.process_index == 0:
+        print(_resume_message(options, resume), flush=True)
+    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    if preemption.preempted:  # the checkpoint is written; the job script requeues on this code
+        _shutdown_distributed()
+        return REQUEUE_EXIT_CODE
+    if on_gpu:  # this rank's peak (rank 0's is the one saved); `smoke` reports it
+        result.metrics["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated()
     trainer.save_model()
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
 
+    if datasets["validation"] is not None:  # None: streaming a source without a validation split
+        evaluate(trainer)
+    if options.merge and args.should_save:
+        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+        from zerokit.lora import merge_adapter
+
+        unset_hf_deepspeed_config()  # the base is loaded whole, not partitioned by ZeRO-3
+        merge_adapter(options.model, str(options.output_dir), str(options.output_dir / "merged"))
+    _shutdown_distributed()
+    return 0
+
+
+def evaluate(trainer) -> None:
     metrics = trainer.evaluate()
     metrics["perplexity"] = math.exp(metrics["eval_loss"]) if metrics["eval_loss"] < 700 else math.inf
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
-    _shutdown_distributed()
-    return 0
+
+
+def _resume_message(options: TrainOptions, resume: Path | None) -> str:
+    if resume:
+        return f"zerokit: resuming from {resume}"
+    if options.resume == "auto":
+        return f"zerokit: no complete checkpoint in {options.output_dir}: starting from step 0"
+    return "zerokit: starting from step 0"
+
+
+def fine_tuning(options: TrainOptions, model, args):
+    """--lora wraps the model in adapters; --train-last-layers freezes the rest; else unchanged."""
+    from zerokit.lora import apply_lora, count_parameters, parse_lora, train_last_layers
+
+    if options.lora is not None:
+        model = apply_lora(model, parse_lora(options.lora))
+    elif options.train_last_layers:
+        train_last_layers(model, options.train_last_layers)
+    else:
+        return model
+    trainable, total = count_parameters(model)
+    if args.process_index == 0:
+        print(f"zerokit: training {trainable:,} of {total:,} parameters ({100 * trainable / total:.2f}%)", flush=True)
+    return model
 
 
 def join_process_group(args, deepspeed: bool) -> None:
@@ -288,18 +403,59 @@ def load_model(options: TrainOptions, tokenizer):
     return AutoModelForCausalLM.from_config(config)
 
 
-def pick_block_size(options: TrainOptions, tokenizer, model) -> int:
+def pick_block_size(options: TrainOptions, tokenizer, model, wanted: int | None = None) -> int:
     model_max = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", 1024)
-    if options.block_size:
-        if options.block_size > model_max:
-            raise UserError(f"--block-size {options.block_size} exceeds the model's maximum {model_max}")
-        return options.block_size
+    wanted = wanted or options.block_size
+    if wanted:
+        if wanted > model_max:
+            raise UserError(f"block size {wanted} exceeds the model's maximum {model_max}")
+        return wanted
     return min(model_max, tokenizer.model_max_length, 1024)
 
 
-def load_datasets(options: TrainOptions, tokenizer, block_size: int, seed: int):
-    from zerokit.data import DatasetSource, load_raw, resolve_source, tokenize_and_group
+def load_datasets(options: TrainOptions, tokenizer, model, args):
+    """train/validation blocks: memory-mapped when `prepare tokenize` made them, else tokenized here."""
+    from zerokit.data import resolve_source
 
+    if options.dataset and resolve_source(options.dataset).kind == "prepared":
+        return load_prepared(options, tokenizer, model, args.process_index)
+    block_size = pick_block_size(options, tokenizer, model)
+    with args.main_process_first(desc="dataset"):
+        return tokenize_datasets(options, tokenizer, block_size, args.seed)
+
+
+def load_prepared(options: TrainOptions, tokenizer, model, rank: int):
+    import datasets
+
+    from zerokit.prepare.pack import read_prepared
+
+    info = read_prepared(Path(options.dataset))
+    if info["vocab_size"] != len(tokenizer):
+        raise UserError(
+            f"dataset {options.dataset} was tokenized with {info['tokenizer']} ({info['vocab_size']} tokens), "
+            f"not this run's tokenizer ({len(tokenizer)} tokens): run `prepare tokenize` again with --tokenizer"
+        )
+    if options.block_size and options.block_size != info["block_size"]:
+        raise UserError(
+            f"--block-size {options.block_size}, but {options.dataset} holds blocks of {info['block_size']}: "
+            "drop --block-size, or run `prepare tokenize` again"
+        )
+    pick_block_size(options, tokenizer, model, info["block_size"])  # within the model's maximum
+    blocks = datasets.load_from_disk(options.dataset)  # memory-mapped Arrow files: nothing is tokenized
+    print(
+        f"zerokit: rank {rank}: dataset {options.dataset} is pre-tokenized ({len(blocks['train'])} blocks of "
+        f"{info['block_size']} tokens): memory-mapped, no tokenization",
+        flush=True,
+    )
+    return blocks
+
+
+def tokenize_datasets(options: TrainOptions, tokenizer, block_size: int, seed: int):
+    from zerokit.data import DatasetSource, load_raw, resolve_source, stream_blocks, tokenize_and_group
+
+    if options.streaming:
+        print(f"zerokit: streaming {options.dataset}: tokenized while training, nothing written", flush=True)
+        return stream_blocks(resolve_source(options.dataset), tokenizer, options.text_column, block_size)
     if options.dataset:
         raw = load_raw(resolve_source(options.dataset), options.validation_split_percentage, seed)
     else:

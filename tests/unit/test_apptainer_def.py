@@ -33,7 +33,7 @@ def variables(lines: list[str]) -> dict[str, str]:
 
 
 def test_runscript_dispatches_to_exactly_the_entrypoints(definition):
-    (case_line,) = [line for line in definition.install if "exec \"$cmd\"" in line]
+    (case_line,) = [line for line in definition.install if 'exec "$cmd"' in line]
     dispatched = re.search(r"echo \"([\w|]+)\)", case_line)[1].split("|")
     assert sorted(dispatched) == ENTRYPOINTS
 

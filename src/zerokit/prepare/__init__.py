@@ -1,0 +1,89 @@
+"""`prepare`: get models and data ready for compute nodes.
+
+    prepare --model NAME [--revision R] [--dataset NAME]   stage: download into HF_HOME (needs network)
+    prepare tokenize SOURCE --tokenizer T --output DIR      tokenize once into fixed-length blocks
+
+Staging writes a manifest (names, revisions, sha256 of each file) next to the cache; nodes then
+train with HF_HUB_OFFLINE=1 (train's default). `tokenize` writes Arrow files that `train
+--dataset DIR` memory-maps on every rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from zerokit.errors import UserError
+
+
+def stage_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="prepare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--model", help="Hub model id: weights, config and tokenizer files")
+    add("--revision", help="model branch, tag or commit (default: main); the manifest records the commit")
+    add("--dataset", help="Hub dataset name, downloaded and prepared as Arrow files")
+    add("--dataset-config", help="dataset configuration name")
+    add("--dataset-revision", help="dataset branch, tag or commit")
+    add("--hf-home", type=Path, help="stage into this HF_HOME (default: $HF_HOME); the nodes must use the same")
+    return parser
+
+
+def tokenize_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="prepare tokenize", description="Tokenize once into fixed-length blocks.")
+    add = parser.add_argument
+    add("source", help="a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder or a Hub name")
+    add("--tokenizer", required=True, help="tokenizer Hub id or folder (the one train will use)")
+    add("--output", type=Path, required=True, help="folder to write (save_to_disk)")
+    add("--block-size", type=int, help="tokens per block (default: the tokenizer's maximum, at most 1024)")
+    add("--text-column", default="text", help="column holding the text in jsonl/csv/Arrow data")
+    add("--template", help='build each text from columns, e.g. "Title: {title}\\nAnswer: {answer}"')
+    add("--num-proc", type=int, default=min(8, os.cpu_count() or 1), help="tokenizing processes")
+    add("--validation-split-percentage", type=int, default=5, help="eval split taken from train when none exists")
+    add("--seed", type=int, default=42, help="seed of that split (train uses the same default)")
+    add("--overwrite", action="store_true", help="replace an existing output folder")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["tokenize"]:
+        return tokenize_main(argv[1:])
+    args = stage_parser().parse_args(argv)
+    if not args.model and not args.dataset:
+        raise UserError("nothing to stage: pass --model NAME and/or --dataset NAME (or `prepare tokenize ...`)")
+    if args.hf_home:
+        os.environ["HF_HOME"] = str(args.hf_home.resolve())  # before huggingface_hub reads it
+    from zerokit.prepare.stage import stage
+
+    manifest = stage(args.model, args.dataset, args.revision, args.dataset_config, args.dataset_revision)
+    print(f"prepare: manifest {manifest}")
+    return 0
+
+
+def tokenize_main(argv: list[str]) -> int:
+    args = tokenize_parser().parse_args(argv)
+    if args.block_size is not None and args.block_size < 1:
+        raise UserError(f"--block-size must be positive, got {args.block_size}")
+    if args.num_proc < 1:
+        raise UserError(f"--num-proc must be at least 1, got {args.num_proc}")
+    from zerokit.prepare.pack import tokenize_to_disk
+
+    info = tokenize_to_disk(
+        args.source,
+        args.tokenizer,
+        args.output,
+        block_size=args.block_size,
+        text_column=args.text_column,
+        template=args.template,
+        num_proc=args.num_proc if args.num_proc > 1 else None,
+        validation_split_percentage=args.validation_split_percentage,
+        seed=args.seed,
+        overwrite=args.overwrite,
+    )
+    counts = ", ".join(f"{split} {n}" for split, n in info["blocks"].items())
+    print(f"prepare: {args.output}: blocks of {info['block_size']} tokens ({counts})")
+    return 0

@@ -1,0 +1,93 @@
+"""`prepare tokenize SOURCE`: tokenize once, group into fixed-length blocks, save_to_disk (Arrow).
+
+`train --dataset FOLDER` then memory-maps the blocks on every rank; no rank tokenizes. The
+folder holds a DatasetDict (train, validation) and PREPARED_NAME, which records the tokenizer
+and block size so that train can refuse a mismatch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import string
+from pathlib import Path
+
+from zerokit.data import PREPARED_NAME, load_raw, resolve_source, tokenize_and_group
+from zerokit.errors import UserError
+
+FORMAT_VERSION = 1
+
+
+def decode_escapes(template: str) -> str:
+    """`\\n` and `\\t` typed on a command line become a newline and a tab."""
+    return template.replace("\\n", "\n").replace("\\t", "\t")
+
+
+def template_fields(template: str) -> list[str]:
+    try:
+        return [name for _, name, _, _ in string.Formatter().parse(template) if name]
+    except ValueError as error:
+        raise UserError(f"--template {template!r}: {error}; use {{column}} placeholders") from None
+
+
+def apply_template(raw, template: str, num_proc: int | None):
+    """Replace the columns with one `text` column: the template filled from each row."""
+    columns = raw["train"].column_names
+    missing = sorted(set(template_fields(template)) - set(columns))
+    if missing:
+        raise UserError(f"--template names {', '.join(missing)}, not columns of the dataset ({', '.join(columns)})")
+    return raw.map(
+        lambda row: {"text": template.format_map(row)}, remove_columns=columns, num_proc=num_proc, desc="templating"
+    )
+
+
+def tokenize_to_disk(
+    source: str,
+    tokenizer_name: str,
+    output: Path,
+    *,
+    block_size: int | None = None,
+    text_column: str = "text",
+    template: str | None = None,
+    num_proc: int | None = None,
+    validation_split_percentage: int = 5,
+    seed: int = 42,
+    overwrite: bool = False,
+) -> dict:
+    """Tokenize SOURCE into OUTPUT (written beside it, then renamed); return the recorded metadata."""
+    if output.exists() and not overwrite:
+        raise UserError(f"output {output} exists: pick another --output, or pass --overwrite to replace it")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+    block_size = block_size or min(tokenizer.model_max_length, 1024)
+    raw = load_raw(resolve_source(source), validation_split_percentage, seed)
+    if template:
+        raw, text_column = apply_template(raw, decode_escapes(template), num_proc), "text"
+    blocks = tokenize_and_group(raw, tokenizer, text_column, block_size, num_proc=num_proc)
+    info = {
+        "format": FORMAT_VERSION,
+        "source": source,
+        "tokenizer": tokenizer_name,
+        "vocab_size": len(tokenizer),
+        "block_size": block_size,
+        "text_column": text_column,
+        "template": template,
+        "validation_split_percentage": validation_split_percentage,
+        "seed": seed,
+        "blocks": {split: len(data) for split, data in blocks.items()},
+    }
+    partial = output.with_name(f".{output.name}.partial-{os.getpid()}")
+    blocks.save_to_disk(str(partial), num_proc=num_proc)
+    (partial / PREPARED_NAME).write_text(json.dumps(info, indent=2) + "\n")
+    if output.exists():
+        shutil.rmtree(output)
+    os.replace(partial, output)
+    return info
+
+
+def read_prepared(folder: Path) -> dict | None:
+    """The metadata of a folder written by tokenize_to_disk, or None for any other folder."""
+    path = folder / PREPARED_NAME
+    return json.loads(path.read_text()) if path.is_file() else None

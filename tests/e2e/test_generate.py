@@ -1,0 +1,71 @@
+"""`generate`: prompts from a jsonl + template, batches, seeded sampling, jsonl out, outputs kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_zerokit
+from zerokit.embedded import GPT2_SIZE, prepare_embedded
+
+ROWS = [
+    {"question": "three plus four", "id": 1},
+    {"question": "count : five", "id": 2},
+    {"question": "the old", "id": 3},
+]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    """A small random GPT-2 with the embedded tokenizer, as save_pretrained writes it."""
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    folder = tmp_path_factory.mktemp("generate")
+    tokenizer = AutoTokenizer.from_pretrained(prepare_embedded(folder / "embedded")[1])
+    torch.manual_seed(0)
+    ids = {"bos_token_id": tokenizer.eos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), **ids, **GPT2_SIZE)).save_pretrained(folder / "model")
+    tokenizer.save_pretrained(folder / "model")
+    return folder / "model"
+
+
+def test_jsonl_template_batches_and_seeded_sampling(tmp_path: Path, zk_env, model: Path):
+    prompts = tmp_path / "rows.jsonl"
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    argv = ["generate", str(model), "--jsonl", str(prompts), "--template", "Q: {question}\\nA:", "--batch-size", "2"]
+    argv += ["--temperature", "0.9", "--top-p", "0.95", "--seed", "3", "--max-new-tokens", "5"]
+    outputs = []
+    for name in ("a.jsonl", "b.jsonl"):
+        result = run_zerokit([*argv, "--output", str(tmp_path / name)], zk_env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs.append([json.loads(line) for line in (tmp_path / name).read_text().splitlines()])
+    assert outputs[0] == outputs[1]  # same seed, same samples
+    assert [row["prompt"] for row in outputs[0]] == [f"Q: {row['question']}\nA:" for row in ROWS]
+    for row in outputs[0]:
+        assert row["text"].startswith(row["prompt"]) and row["text"] == row["prompt"] + row["completion"]
+
+    again = run_zerokit([*argv, "--output", str(tmp_path / "a.jsonl")], zk_env)
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--template", "{question}"], "--template fills prompts from --jsonl rows"),
+        (["--jsonl", "{rows}", "--template", "{topic}"], "no field 'topic' for the template; the row has question, id"),
+        (["--base", "gpt2"], "--base is for LoRA adapter folders"),
+        ([], "no prompts"),
+    ],
+)
+def test_input_errors_are_one_line(tmp_path: Path, zk_env, model: Path, extra: list[str], message: str):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(ROWS[0]) + "\n")
+    argv = ["generate", str(model), *[arg.replace("{rows}", str(rows)) for arg in extra]]
+    if "--base" in extra:
+        argv += ["--prompt", "x"]
+    result = run_zerokit(argv, zk_env)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, result.stderr
