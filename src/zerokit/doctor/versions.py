@@ -115,7 +115,8 @@ def _cuda_runtime(stack: Stack, built_with: str | None) -> CheckResult:
         return ok(name, "none (CPU build of torch, as the stack wants)")
     if not built_with:
         return fail(name, f"torch is a CPU build; the stack wants CUDA {stack.cuda}", rebuild_fix(stack))
-    if not (built_with == stack.cuda or built_with.startswith(f"{stack.cuda}.")):
+    # torch names the CUDA it was built for as major.minor (13.0); a stack pins the toolkit (13.0.3).
+    if built_with.split(".")[:2] != stack.cuda.split(".")[:2]:
         return fail(name, f"torch is built for CUDA {built_with}; the stack wants {stack.cuda}", rebuild_fix(stack))
     return ok(name, built_with)
 

@@ -95,3 +95,15 @@ def test_cpu_torch_on_a_cuda_stack_fails(tmp_path: Path):
     stack = write_stack(tmp_path, accelerator='"cuda"', cuda='"13.0"', torch_cuda_arch_list='"8.0;9.0"')
     cuda, _, _ = check_cuda_libraries(context(stack=stack))
     assert cuda.status == "fail" and cuda.detail == "torch is a CPU build; the stack wants CUDA 13.0"
+
+
+@pytest.mark.parametrize(
+    ("built_with", "status"),
+    [("13.0", "ok"), ("13.0.3", "ok"), ("12.8", "fail"), ("13.1", "fail")],
+)
+def test_cuda_build_of_torch_is_compared_by_major_minor(built_with: str, status: str):
+    """torch says 13.0 where the stack pins the 13.0.3 toolkit (seen building the cuda13 image)."""
+    from zerokit.doctor.versions import _cuda_runtime
+    from zerokit.stack import load_stack
+
+    assert _cuda_runtime(load_stack("cuda13"), built_with).status == status
