@@ -11,14 +11,12 @@ from collections.abc import Mapping
 
 from zerokit.launch.plan import Plan
 
-DEFAULT_STACK = "cpu"
-
 
 def preflight_failures(plan: Plan, environ: Mapping[str, str]) -> list[str]:
     """One line per failed check ("name: detail; fix: ..."); empty when training can start."""
     from zerokit.doctor.caches import check_caches
     from zerokit.doctor.checks import run_checks
-    from zerokit.doctor.context import Context
+    from zerokit.doctor.context import DEFAULT_STACK, Context
     from zerokit.doctor.host import check_shm
     from zerokit.doctor.network import check_interface
     from zerokit.doctor.ops import check_ops
