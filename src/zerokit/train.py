@@ -8,6 +8,7 @@ Input is checked before torch is imported, so a typo fails in a second, not afte
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import math
 import os
@@ -98,7 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--lora", nargs="?", const="", metavar="SPEC", help=f"train LoRA adapters (peft): {LORA_FORMAT}")
     add("--train-last-layers", type=int, metavar="N", help="train only the last N transformer layers")
     add("--merge", action="store_true", help="with --lora: also write the base with the adapter merged into merged/")
-    add("--deterministic", action="store_true", help="deterministic algorithms (full_determinism), with --seed")
+    add(
+        "--deterministic",
+        action="store_true",
+        help="full_determinism and, on CPU, torch's Adam: bit-exact resumes",
+    )
     add("--streaming", action="store_true", help="tokenize --dataset on the fly, nothing written (needs --max_steps)")
     add("--online", action="store_true", help="allow Hub downloads (default: offline, HF_HUB_OFFLINE=1)")
     return parser
@@ -126,6 +131,24 @@ def resolve_ds_config(name: str) -> Path | None:
     if not isinstance(config, dict):
         raise UserError(f"DeepSpeed config {path} must be a JSON object with a zero_optimization section")
     return path.resolve()
+
+
+def deterministic_ds_config(path: Path) -> str:
+    """The config with Adam/AdamW run by torch, as a base64 JSON string (a form HF's DeepSpeed config takes).
+
+    Why: on CPU, DeepSpeed's Adam kernel (csrc/includes/cpu_adam.h, IncrementStep) keeps beta**step
+    in the process by multiplying once per step, but a resumed process starts it with pow(beta,
+    step): the two differ in the last float32 bit, so a resumed run drifts by an ulp. torch's
+    AdamW computes the bias correction from the step count every time, so a resume is bit-exact.
+    ZeRO-Offload needs DeepSpeed's CPU Adam, so its configs are left as they are.
+    """
+    config = json.loads(path.read_text())
+    optimizer = config.get("optimizer") or {}
+    offload = config.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
+    if str(optimizer.get("type", "")).lower() not in {"adam", "adamw"} or offload != "none":
+        return str(path)
+    config["optimizer"] = {**optimizer, "params": {**optimizer.get("params", {}), "torch_adam": True}}
+    return base64.urlsafe_b64encode(json.dumps(config).encode()).decode()
 
 
 def check_output_dir(path: Path, overwrite: bool) -> None:
@@ -260,7 +283,9 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
         parser.set_defaults(bf16=True)
     forced = ["--output_dir", str(options.output_dir)]
     if options.ds_config:
-        forced += ["--deepspeed", str(options.ds_config)]
+        exact_resume = options.deterministic and not on_gpu
+        config = deterministic_ds_config(options.ds_config) if exact_resume else str(options.ds_config)
+        forced += ["--deepspeed", config]
     if not on_gpu:
         forced += ["--use_cpu", "true"]
     if options.deterministic:

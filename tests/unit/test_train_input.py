@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_zerokit
+from zerokit.train import deterministic_ds_config, resolve_ds_config
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -56,3 +59,16 @@ def test_invalid_flag_combinations(tmp_path: Path, zk_env, flag: str):
     result = run_zerokit(["train", flag, "--output-dir", str(tmp_path / "out")], zk_env)
     assert result.returncode == 2
     assert result.stderr.startswith("error: ")
+
+
+def decoded(argument: str) -> dict:
+    return json.loads(base64.urlsafe_b64decode(argument))
+
+
+def test_deterministic_config_runs_adam_in_torch_except_when_offloaded():
+    zero3 = resolve_ds_config("zero3")
+    config = decoded(deterministic_ds_config(zero3))
+    assert config["optimizer"]["params"]["torch_adam"] is True
+    assert config["zero_optimization"] == json.loads(zero3.read_text())["zero_optimization"]
+    offload = resolve_ds_config("zero3-offload")  # ZeRO-Offload needs DeepSpeed's CPU Adam: untouched
+    assert deterministic_ds_config(offload) == str(offload)
