@@ -12,6 +12,7 @@ VPY := $(VENV)/bin/python
 WHEELHOUSE ?= $(if $(filter cpu,$(STACK)),$(wildcard /opt/wheels))
 DS_WHEEL_DIR := build/wheels/$(STACK)
 DS_WHEEL_STAMP := $(DS_WHEEL_DIR)/.built
+DS_WHEEL_INPUTS := build/wheels/$(STACK).inputs
 LOCK := containers/lock/$(STACK).txt
 STACK_FILE := containers/stacks/$(STACK).toml
 STACK_CMD := PYTHONPATH=src $(PYTHON) -m zerokit.stack $(STACK)
@@ -51,7 +52,7 @@ SMOKE_docker = $(DOCKER) run --rm $(GPU_FLAG) --shm-size=8g --user "$$(id -u):$$
   -v "$(abspath $(SMOKE_OUT)):/smoke" $(IMAGE) $(SMOKE_ARGS)
 SMOKE_apptainer = $(or $(APPTAINER),apptainer) exec $(GPU_FLAG) --bind "$(abspath $(SMOKE_OUT)):/smoke" $(IMAGE) $(SMOKE_ARGS)
 
-.PHONY: help sysdeps venv demo test lint lock clean image base-image sif smoke
+.PHONY: FORCE help sysdeps venv demo test lint lock clean image base-image sif smoke
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -65,7 +66,13 @@ $(VENV)/.lock-$(STACK): $(LOCK) containers/lock/dev.txt | sysdeps
 	$(VPY) -m pip install --quiet --no-deps --require-hashes -r containers/lock/dev.txt
 	touch $@
 
-$(DS_WHEEL_STAMP): $(VENV)/.lock-$(STACK) $(STACK_FILE) containers/build-ds-wheel containers/portable-cc
+# Rewritten only when what the wheel is built from changes (Python, torch, DeepSpeed, the ops and
+# their flags), so a package added to the lock does not recompile the ops.
+$(DS_WHEEL_INPUTS): FORCE
+	@mkdir -p $(@D) && $(STACK_CMD) ds-wheel-inputs > $@.new && { cmp -s $@.new $@ && rm $@.new || mv $@.new $@; }
+
+$(DS_WHEEL_STAMP): $(DS_WHEEL_INPUTS) containers/build-ds-wheel containers/portable-cc containers/cuda-home \
+  | $(VENV)/.lock-$(STACK)
 	rm -rf $(DS_WHEEL_DIR) && mkdir -p $(DS_WHEEL_DIR)
 	containers/build-ds-wheel $(VPY) $(STACK) $(DS_WHEEL_DIR)
 	touch $@

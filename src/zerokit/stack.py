@@ -86,6 +86,11 @@ class Stack:
             env["DS_ACCELERATOR"] = "cpu"
         return env
 
+    def ds_wheel_inputs(self) -> list[str]:
+        """What DeepSpeed's wheel is built from: a change here, and only here, recompiles the ops."""
+        pins = [f"python={self.python}", f"torch={self.version('torch')}", f"deepspeed={self.version('deepspeed')}"]
+        return pins + [f"{k}={v}" for k, v in sorted(self.ds_build_env().items())]
+
     def labels(self, git_commit: str, base_image: str) -> dict[str, str]:
         """OCI labels of an image built from this stack on base_image at git_commit."""
         from zerokit import __version__
@@ -150,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m zerokit.stack STACK FIELD`: print one derived value for the Makefile and Dockerfile."""
     parser = argparse.ArgumentParser(prog="python -m zerokit.stack", description=main.__doc__)
     parser.add_argument("stack")
-    parser.add_argument("field", choices=["requirements", "ds-build-env", "lock-file", "version", "get", "labels"])
+    fields = ["requirements", "ds-build-env", "ds-wheel-inputs", "lock-file", "version", "get", "labels"]
+    parser.add_argument("field", choices=fields)
     parser.add_argument("key", nargs="*", help="package (version), stack key (get), or commit and base image (labels)")
     args = parser.parse_args(argv)
     try:
@@ -163,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.field == "ds-build-env":
         # Unquoted NAME=value words, for `env $(...)` in a POSIX shell: no value holds a space.
         print(" ".join(f"{k}={v}" for k, v in sorted(stack.ds_build_env().items())))
+    elif args.field == "ds-wheel-inputs":
+        print("\n".join(stack.ds_wheel_inputs()))
     elif args.field == "lock-file":
         print(stack.lock_file)
     elif args.field == "labels":
