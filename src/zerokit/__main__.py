@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("zerokit.demo:main", "the main job: 2 CPU ranks, ZeRO-3, embedded default, then a sample"),
     "doctor": ("zerokit.doctor.cli:main", "preflight checks: fail loudly and name the fix"),
     "prepare": ("zerokit.prepare:main", "stage models and data for offline nodes; tokenize once into blocks"),
-    "bench": ("zerokit.not_yet:bench", "scaling and start-up report (not yet implemented)"),
+    "bench": ("zerokit.bench.cli:main", "scaling, start-up and overhead report: report.md, scaling.png, JSON"),
     "smoke": ("zerokit.smoke:main", "the smoke test of an image: doctor, two ZeRO-3 trainings, generate, a report"),
     "ops-gate": ("zerokit.ops_gate:main", "fail unless every DeepSpeed op of a stack is prebuilt and loads"),
 }

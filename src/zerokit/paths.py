@@ -8,3 +8,5 @@ from pathlib import Path
 HOME = Path(os.environ.get("ZEROKIT_HOME", Path(__file__).resolve().parents[2]))
 CONFIGS_DIR = HOME / "configs"
 STACKS_DIR = HOME / "containers" / "stacks"
+# The plain HF Trainer script `bench` compares train with (the image carries it too).
+PLAIN_SCRIPT = HOME / "tests" / "bench" / "plain_hf_trainer.py"

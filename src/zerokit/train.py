@@ -61,6 +61,7 @@ class TrainOptions:
     train_last_layers: int | None = None
     merge: bool = False
     deterministic: bool = False
+    timings_dir: Path | None = None
     online: bool = False
     streaming: bool = False
 
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--streaming", action="store_true", help="tokenize --dataset on the fly, nothing written (needs --max_steps)")
     add("--online", action="store_true", help="allow Hub downloads (default: offline, HF_HUB_OFFLINE=1)")
+    add("--timings-dir", type=Path, metavar="DIR", help="each rank writes step times and peak memory here (bench)")
     return parser
 
 
@@ -187,6 +189,7 @@ def parse(argv: list[str]) -> tuple[TrainOptions, list[str]]:
         deterministic=namespace.deterministic,
         online=namespace.online,
         streaming=namespace.streaming,
+        timings_dir=namespace.timings_dir,
     )
     if options.streaming and not options.dataset:
         raise UserError("--streaming needs --dataset (the embedded corpus is small)")
@@ -302,6 +305,11 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
     tokenizer = load_tokenizer(options)
     model = fine_tuning(options, load_model(options, tokenizer), args)
     datasets = load_datasets(options, tokenizer, model, args)
+    callbacks = [preemption]
+    if options.timings_dir:
+        from zerokit.bench.clock import StepClock
+
+        callbacks.append(StepClock(options.timings_dir, tokens_per_sample=block_length(datasets["train"])))
 
     trainer = AtomicCheckpointTrainer(
         model=model,
@@ -310,7 +318,7 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
         eval_dataset=datasets["validation"],
         processing_class=tokenizer,
         data_collator=default_data_collator,
-        callbacks=[preemption],
+        callbacks=callbacks,
     )
     if args.process_index == 0:
         print(_resume_message(options, resume), flush=True)
@@ -436,6 +444,11 @@ def pick_block_size(options: TrainOptions, tokenizer, model, wanted: int | None 
             raise UserError(f"block size {wanted} exceeds the model's maximum {model_max}")
         return wanted
     return min(model_max, tokenizer.model_max_length, 1024)
+
+
+def block_length(blocks) -> int:
+    """Tokens in each training block (every block has the same length)."""
+    return len(next(iter(blocks))["input_ids"])
 
 
 def load_datasets(options: TrainOptions, tokenizer, model, args):

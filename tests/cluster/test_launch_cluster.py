@@ -182,6 +182,22 @@ def test_pdsh_from_the_head_node_over_real_sshd(cluster: Cluster):
     assert_trained(output)
 
 
+def test_bench_over_one_and_two_nodes(cluster: Cluster):
+    """bench's node counts go through launch over pdsh: the 2-node run's ranks are on both nodes."""
+    tmp = cluster.shared_dir / "bench"
+    tmp.mkdir()
+    (tmp / "hosts").write_text("node1\nnode2\n")
+    argv = ["bench", "--output", str(tmp / "report"), "--nodes", "1,2", "--ranks", "1", "--hostfile",
+            str(tmp / "hosts"), "--steps", "8", "--warmup-steps", "2", "--eval-steps", "4",
+            "--skip", "overhead"]  # fmt: skip
+    result = cluster.run("node1", argv, env=node_env(tmp), cwd=tmp, timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    figures = json.loads((tmp / "report" / "results.json").read_text())
+    assert [(r["ranks"], r["nodes"]) for r in figures["scaling"]] == [(1, 1), (2, 2)]
+    assert [r["hosts"] for r in figures["runs"]] == [["node1"], ["node1", "node2"]]
+    assert "| 2 | 2 |" in (tmp / "report" / "report.md").read_text()
+
+
 def test_killing_one_nodes_ranks_ends_the_job_without_a_hang(cluster: Cluster):
     tmp = cluster.shared_dir / "failure"
     tmp.mkdir()

@@ -1,0 +1,146 @@
+"""`bench`: flags -> BenchConfig -> runs (with a progress bar) -> report.md, scaling.png, results.json."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from zerokit.bench.plan import SKIPPABLE, BenchConfig, PlainInputs, plan_runs
+from zerokit.errors import UserError
+from zerokit.paths import PLAIN_SCRIPT
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, e.g. 1,2,4; got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected counts of at least 1, got {text!r}")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench",
+        description="Time train over rank and node counts, against JIT-compiled ops and against a plain HF "
+        "Trainer script; writes report.md, scaling.png and results.json. Flags after -- go to both scripts "
+        "as TrainingArguments (e.g. -- --bf16 true).",
+    )
+    add = parser.add_argument
+    add("--output", type=Path, default=Path("runs/bench"), help="report folder (default: runs/bench)")
+    add("--overwrite", action="store_true", help="replace an existing report folder")
+    add("--ranks", type=int_list, default=(1, 2), help="ranks per node, comma-separated (default: 1,2)")
+    add("--nodes", type=int_list, default=(1,), help="node counts, comma-separated; above 1 needs --hostfile")
+    add("--hostfile", help="hosts for multi-node runs, one per line; started over --launcher")
+    add("--launcher", choices=("pdsh", "mpirun"), default="pdsh", help="how launch reaches the other nodes")
+    add("--config", default="zero3", help="DeepSpeed config: a file or a bundled name (default: zero3)")
+    add("--steps", type=int, default=60, help="optimizer steps per run (default: 60)")
+    add("--warmup-steps", type=int, default=5, help="steps after the first left out of throughput (default: 5)")
+    add("--eval-steps", type=int, default=20, help="evaluate every N steps (default: 20)")
+    add("--batch-size", type=int, default=16, help="samples per rank per step (default: 16)")
+    add("--repeats", type=int, default=3, help="runs of each script in the overhead comparison (default: 3)")
+    add("--jit-python", help="python of an environment whose DeepSpeed has no prebuilt ops (make bench makes one)")
+    add("--skip", action="append", choices=SKIPPABLE, default=[], help="leave out a comparison (repeatable)")
+    add("--model", help="model to train (default: the embedded tiny GPT-2)")
+    add("--dataset", help="text file to train on (default: the embedded corpus)")
+    add("--block-size", type=int, help="tokens per sample (needed with --model for the overhead comparison)")
+    return parser
+
+
+def parse(argv: list[str]) -> BenchConfig:
+    from zerokit.train import resolve_ds_config
+
+    cut = argv.index("--") if "--" in argv else len(argv)
+    own, train_args = argv[:cut], argv[cut + 1 :]
+    args = build_parser().parse_args(own)
+    if args.output.exists() and not args.overwrite:
+        raise UserError(f"{args.output} exists: pass --overwrite to replace it, or --output DIR")
+    if args.steps <= args.warmup_steps + 1:
+        raise UserError(f"--steps {args.steps} leaves nothing to time after {args.warmup_steps} warm-up steps")
+    hosts: tuple[str, ...] = ()
+    if max(args.nodes) > 1:
+        if not args.hostfile:
+            raise UserError(f"--nodes {max(args.nodes)} needs --hostfile FILE with that many hosts")
+        from zerokit.launch.config import read_hostfile
+
+        hosts = read_hostfile(args.hostfile)
+        if len(hosts) < max(args.nodes):
+            raise UserError(f"--nodes {max(args.nodes)}, but {args.hostfile} lists {len(hosts)} hosts")
+    if args.jit_python and not os.access(args.jit_python, os.X_OK):
+        raise UserError(f"--jit-python {args.jit_python} is not an executable (make bench makes one)")
+    config = resolve_ds_config(args.config)
+    if config is None:
+        raise UserError("bench times DeepSpeed: give a config (zero2, zero3, zero3-offload or a file)")
+    import torch
+
+    return BenchConfig(
+        output=args.output.resolve(),
+        ranks=args.ranks,
+        nodes=args.nodes,
+        config=config,
+        steps=args.steps,
+        warmup_steps=args.warmup_steps,
+        eval_steps=args.eval_steps,
+        batch_size=args.batch_size,
+        repeats=args.repeats,
+        python=sys.executable,
+        jit_python=args.jit_python,
+        plain_script=PLAIN_SCRIPT if PLAIN_SCRIPT.is_file() else None,
+        hosts=hosts,
+        launcher=args.launcher,
+        skip=frozenset(args.skip),
+        model=args.model,
+        dataset=str(Path(args.dataset).resolve()) if args.dataset else None,
+        block_size=args.block_size,
+        train_args=tuple(train_args),
+        on_gpu=torch.cuda.is_available(),
+    )
+
+
+def plain_inputs(cfg: BenchConfig) -> PlainInputs | None:
+    """The files the plain script needs for the same job; None when it cannot run that job."""
+    if cfg.plain_script is None or "overhead" in cfg.skip:
+        return None
+    if cfg.model or cfg.dataset:
+        if not (cfg.model and cfg.dataset and cfg.dataset.endswith(".txt") and cfg.block_size):
+            print("bench: overhead comparison left out: it needs --model, a .txt --dataset and --block-size")
+            return None
+        flags = ("--model_name_or_path", cfg.model, "--tokenizer_name", cfg.model)
+        return PlainInputs(flags, cfg.dataset, cfg.dataset, cfg.block_size)
+    from transformers import CONFIG_MAPPING, AutoTokenizer
+
+    from zerokit.embedded import BLOCK_SIZE, GPT2_SIZE, prepare_embedded
+
+    files, tokenizer_dir = prepare_embedded(cfg.output / "cache" / "embedded")  # where the train runs find it
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    ids = {"bos_token_id": tokenizer.eos_token_id, "eos_token_id": tokenizer.eos_token_id}
+    config = CONFIG_MAPPING["gpt2"](**GPT2_SIZE, **ids, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    config.save_pretrained(cfg.output / "plain-model-config")  # the model train builds for the embedded job
+    flags = ("--config_name", str(cfg.output / "plain-model-config"), "--tokenizer_name", str(tokenizer_dir))
+    return PlainInputs(flags, str(files["train"]), str(files["validation"]), BLOCK_SIZE)
+
+
+def main(argv: list[str]) -> int:
+    from tqdm import tqdm
+
+    from zerokit.bench.report import write_all
+    from zerokit.bench.runner import execute
+
+    cfg = parse(argv)
+    if cfg.output.exists():
+        shutil.rmtree(cfg.output)
+    cfg.output.mkdir(parents=True)
+    runs = plan_runs(cfg, plain_inputs(cfg))
+    results = []
+    with tqdm(runs, unit="run", desc="bench", file=sys.stderr) as bar:
+        for run in bar:
+            bar.set_postfix_str(run.name)
+            results.append(execute(run, cfg.warmup_steps, cfg.hosts))
+    write_all(cfg, results)
+    for name in ("report.md", "scaling.png", "results.json"):
+        print(f"bench: wrote {cfg.output / name}")
+    return 0

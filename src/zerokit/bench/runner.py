@@ -1,0 +1,93 @@
+"""Run one planned job as a subprocess and turn its ranks' StepClock files into figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from zerokit.bench.plan import Run
+from zerokit.errors import UserError
+
+
+@dataclass(frozen=True)
+class RunResult:
+    name: str
+    group: str
+    variant: str
+    nodes: int
+    world_size: int
+    time_to_first_step: float  # seconds from starting the command to the end of rank 0's first step
+    steps_per_second: float  # after the warm-up steps, evaluations left out
+    samples_per_second: float
+    tokens_per_second: float
+    peak_memory_bytes: list[int]  # per rank
+    hosts: list[str]  # per rank
+    memory_kind: str  # cpu-rss or gpu-allocated
+    evals: list[tuple[int, float]]  # (step, eval loss)
+    wall_seconds: float
+    compiled_ops: list[str]  # ops JIT-compiled into the run's own extensions folder (the JIT run's)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def execute(run: Run, warmup_steps: int, hosts: tuple[str, ...]) -> RunResult:
+    """Start the run's command, wait for it, read its timings; a failed run stops the bench in one line."""
+    run.folder.mkdir(parents=True)
+    if run.nodes > 1:
+        (run.folder / "hostfile").write_text("".join(f"{host}\n" for host in hosts[: run.nodes]))
+    log = run.folder / "log.txt"
+    (run.folder / "command.txt").write_text(" ".join(run.argv) + "\n")
+    started = time.time()
+    with log.open("w") as out:
+        code = subprocess.call(run.argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **run.env})
+    wall = time.time() - started
+    if code != 0:
+        raise UserError(f"bench run {run.name} failed (exit code {code}): see {log}")
+    result = summarize(run, read_timings(run.timings, run.world_size, log), started, wall, warmup_steps)
+    if run.variant == "jit" and not result.compiled_ops:
+        raise UserError(f"bench run {run.name} compiled no op: the --jit-python environment has prebuilt ops")
+    return result
+
+
+def compiled_ops(run: Run) -> list[str]:
+    """Names of the ops built into the run's private TORCH_EXTENSIONS_DIR (none: it has no private one)."""
+    folder = run.env.get("TORCH_EXTENSIONS_DIR")
+    return sorted({so.parent.name for so in Path(folder).glob("*/*.so")}) if folder else []
+
+
+def read_timings(folder: Path, world_size: int, log: Path) -> list[dict]:
+    records = [json.loads(p.read_text()) for p in sorted(folder.glob("rank-*.json"))]
+    if len(records) != world_size:
+        raise UserError(f"{folder} holds timings of {len(records)} of {world_size} ranks: see {log}")
+    return sorted(records, key=lambda r: r["rank"])
+
+
+def summarize(run: Run, records: list[dict], started: float, wall: float, warmup_steps: int) -> RunResult:
+    main = records[0]
+    measured = main["step_seconds"][warmup_steps:]
+    if not measured:
+        raise UserError(f"bench run {run.name}: no step left after {warmup_steps} warm-up steps: raise --steps")
+    steps_per_second = len(measured) / sum(measured)
+    evals = sorted({int(step): loss for step, loss in main["evals"]}.items())
+    return RunResult(
+        name=run.name,
+        group=run.group,
+        variant=run.variant,
+        nodes=run.nodes,
+        world_size=run.world_size,
+        time_to_first_step=main["first_step_end"] - started,
+        steps_per_second=steps_per_second,
+        samples_per_second=steps_per_second * main["samples_per_step"],
+        tokens_per_second=steps_per_second * main["tokens_per_step"],
+        peak_memory_bytes=[r["peak_memory_bytes"] for r in records],
+        hosts=[r["host"] for r in records],
+        memory_kind=main["memory_kind"],
+        evals=evals,
+        wall_seconds=wall,
+        compiled_ops=compiled_ops(run),
+    )

@@ -1,0 +1,41 @@
+"""`bench` on its smallest setting, to keep it working: 1 and 2 ranks, one overhead pair, no JIT.
+
+Timings are not asserted (benchmarks are not tests): only that every figure is there, the
+training behind it learned, and the three files are written. The JIT start-up comparison is
+left out here: it compiles DeepSpeed's ops a second time (`make bench` runs it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import run_zerokit
+
+
+def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_env):
+    out = tmp_path / "bench"
+    argv = ["bench", "--output", str(out), "--ranks", "1,2", "--steps", "12", "--warmup-steps", "2"]
+    result = run_zerokit([*argv, "--eval-steps", "6", "--repeats", "1", "--skip", "startup"], zk_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "3/4" in result.stderr  # the progress bar, one tick per run
+
+    figures = json.loads((out / "results.json").read_text())
+    rows = figures["scaling"]
+    assert [(r["ranks"], r["nodes"]) for r in rows] == [(1, 1), (2, 1)]
+    for row in rows:
+        assert row["time_to_first_step_s"] > 0 and row["samples_per_s"] > 0 and row["peak_memory_per_rank_mib"] > 50
+        assert row["tokens_per_s"] == row["samples_per_s"] * 64  # the embedded job's blocks
+        losses = dict(row["eval_loss"])
+        assert sorted(losses) == [6, 12] and losses[12] < losses[6]  # the runs trained
+    assert rows[0]["efficiency"] == 1.0
+    assert [len(r["peak_memory_bytes"]) for r in figures["runs"][:2]] == [1, 2]  # one figure per rank
+    overhead = figures["overhead"]
+    assert overhead["ranks"] == 2 and overhead["throughput_ratio"] > 0 and overhead["startup_ratio"] > 0
+    assert figures["startup"] is None
+
+    report = (out / "report.md").read_text()
+    assert "| 2 | 1 |" in report and "ratio zerokit / plain" in report and "Not run: pass `--jit-python`" in report
+    assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The plain script trained too: its own output, not zerokit's.
+    assert (out / "runs" / "overhead-plain-1" / "output" / "model.safetensors").is_file()
