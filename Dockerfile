@@ -19,7 +19,7 @@ ARG STACK=cpu
 WORKDIR /opt/zerokit
 # Only what the install scripts read, so a change elsewhere keeps these layers cached.
 COPY containers/site-env containers/install-lock containers/build-ds-wheel containers/portable-cc containers/cuda-home \
-     containers/
+     containers/system-cuda-home containers/
 COPY containers/stacks/ containers/stacks/
 COPY containers/lock/${STACK}.txt containers/lock/
 COPY src/zerokit/__init__.py src/zerokit/errors.py src/zerokit/paths.py src/zerokit/stack.py src/zerokit/
@@ -41,7 +41,9 @@ RUN --mount=type=secret,id=site_ca --mount=type=bind,source=build/wheelhouse,tar
 # ---- runtime: the venv, zerokit, entrypoints; no compilers ---------------------------------
 FROM system AS runtime
 ARG STACK=cpu
-RUN useradd --create-home --uid 1000 zerokit \
+# Ubuntu's images (nvidia-base) come with a user `ubuntu` of uid 1000: zerokit takes the uid.
+RUN if getent passwd ubuntu >/dev/null; then userdel --remove ubuntu; fi \
+ && useradd --create-home --uid 1000 zerokit \
  && mkdir -p /etc/zerokit /data/huggingface && chmod 1777 /data /data/huggingface
 COPY --from=build /opt/venv /opt/venv
 ARG DS_ACCELERATOR=cpu
@@ -61,6 +63,8 @@ COPY containers/lock/ /opt/zerokit/containers/lock/
 COPY configs/ /opt/zerokit/configs/
 COPY entrypoints/ /usr/local/bin/
 COPY src/ /opt/zerokit/src/
+# bench's overhead comparison runs this plain HF Trainer script beside train.
+COPY tests/bench/plain_hf_trainer.py /opt/zerokit/tests/bench/
 # The hard gate: every op the stack asks for is prebuilt and loads, or the build fails here; then
 # doctor's report of the image as built (/dev/shm left out: a build container gets only 64 MB).
 RUN zerokit ops-gate "$STACK" \

@@ -52,7 +52,7 @@ SMOKE_docker = $(DOCKER) run --rm $(GPU_FLAG) --shm-size=8g --user "$$(id -u):$$
   -v "$(abspath $(SMOKE_OUT)):/smoke" $(IMAGE) $(SMOKE_ARGS)
 SMOKE_apptainer = $(or $(APPTAINER),apptainer) exec $(GPU_FLAG) --bind "$(abspath $(SMOKE_OUT)):/smoke" $(IMAGE) $(SMOKE_ARGS)
 
-.PHONY: FORCE help sysdeps venv demo test lint lock clean image base-image sif smoke
+.PHONY: FORCE help sysdeps venv demo test lint lock clean image base-image sif smoke bench
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -71,8 +71,11 @@ $(VENV)/.lock-$(STACK): $(LOCK) containers/lock/dev.txt | sysdeps
 $(DS_WHEEL_INPUTS): FORCE
 	@mkdir -p $(@D) && $(STACK_CMD) ds-wheel-inputs > $@.new && { cmp -s $@.new $@ && rm $@.new || mv $@.new $@; }
 
-$(DS_WHEEL_STAMP): $(DS_WHEEL_INPUTS) containers/build-ds-wheel containers/portable-cc containers/cuda-home \
-  | $(VENV)/.lock-$(STACK)
+# The CUDA_HOME scripts only for cuda stacks: an edit to them does not recompile the cpu stack's ops.
+DS_WHEEL_SCRIPTS := containers/build-ds-wheel containers/portable-cc \
+  $(if $(filter cuda,$(shell $(STACK_CMD) get accelerator)),containers/cuda-home containers/system-cuda-home)
+
+$(DS_WHEEL_STAMP): $(DS_WHEEL_INPUTS) $(DS_WHEEL_SCRIPTS) | $(VENV)/.lock-$(STACK)
 	rm -rf $(DS_WHEEL_DIR) && mkdir -p $(DS_WHEEL_DIR)
 	containers/build-ds-wheel $(VPY) $(STACK) $(DS_WHEEL_DIR)
 	touch $@
@@ -87,6 +90,16 @@ venv: $(VENV)/.ready-$(STACK)  ## create .venv from the lock, with DeepSpeed's o
 
 demo: venv  ## the main job: 2 CPU ranks, ZeRO-3, embedded default, into runs/demo/
 	$(VENV)/bin/zerokit demo --output runs/demo --overwrite
+
+# bench's start-up comparison: the same DeepSpeed with no prebuilt ops, beside the venv.
+JIT_ENV := build/bench/jit-env-$(STACK)
+BENCH_ARGS ?=
+
+$(JIT_ENV)/.ready: $(VENV)/.ready-$(STACK) tests/bench/make-jit-env
+	rm -rf $(JIT_ENV) && tests/bench/make-jit-env $(VPY) $(STACK) $(JIT_ENV) && touch $@
+
+bench: venv $(JIT_ENV)/.ready  ## CPU-sized report in runs/bench/ (1 and 2 ranks, JIT start-up, plain HF); BENCH_ARGS=...
+	$(VENV)/bin/zerokit bench --output runs/bench --overwrite --jit-python $(JIT_ENV)/bin/python $(BENCH_ARGS)
 
 test: venv  ## run the test suite
 	$(VPY) -m pytest $(PYTEST_ARGS)

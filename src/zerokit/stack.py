@@ -43,6 +43,11 @@ SIMD_FOR_TARGET: dict[str, str] = {
     "x86-64-v4": "-D__AVX512__",
 }
 
+# Where a cuda stack's nvcc comes from (the `cuda_home` key): "wheels", a CUDA_HOME that
+# containers/cuda-home makes of the lock's cuda-toolkit wheels; "system", a toolkit outside the lock
+# ($CUDA_HOME, else /usr/local/cuda: a cluster's CUDA module, or the base image's, as in nvidia/cuda).
+CUDA_HOMES = ("wheels", "system")
+
 
 class StackError(UserError):
     """A stack file that is missing or malformed."""
@@ -58,6 +63,7 @@ class Stack:
     cuda: str
     torch_cuda_arch_list: str
     cpu_target: str
+    cuda_home: str
     ds_ops: tuple[str, ...]
     extra_index_url: str
     packages: dict[str, str]
@@ -107,6 +113,7 @@ class Stack:
             "io.zerokit.deepspeed": self.packages["deepspeed"],
             "io.zerokit.transformers": self.packages["transformers"],
             "io.zerokit.cuda": self.cuda or "none",
+            "io.zerokit.cuda-home": self.cuda_home if self.accelerator == "cuda" else "none",
             "io.zerokit.ds-ops": ",".join(self.ds_ops),
             "io.zerokit.torch-cuda-arch-list": self.torch_cuda_arch_list or "none",
             "io.zerokit.cpu-target": self.cpu_target,
@@ -131,6 +138,7 @@ def load_stack(name_or_path: str) -> Stack:
             cuda=data["cuda"],
             torch_cuda_arch_list=data["torch_cuda_arch_list"],
             cpu_target=data["cpu_target"],
+            cuda_home=data.get("cuda_home", "wheels"),
             ds_ops=tuple(data["ds_ops"]),
             extra_index_url=data["extra_index_url"],
             packages=dict(data["packages"]),
@@ -148,6 +156,8 @@ def load_stack(name_or_path: str) -> Stack:
         raise StackError(f'{path}: write torch_cuda_arch_list with semicolons and no spaces, e.g. "8.0;9.0"')
     if stack.accelerator == "cuda" and not stack.torch_cuda_arch_list:
         raise StackError(f'{path}: a cuda stack needs an explicit torch_cuda_arch_list, e.g. "8.0;9.0"')
+    if stack.cuda_home not in CUDA_HOMES:
+        raise StackError(f"{path}: cuda_home {stack.cuda_home!r} is not one of {list(CUDA_HOMES)}")
     return stack
 
 

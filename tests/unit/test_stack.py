@@ -88,3 +88,73 @@ def test_cuda_stack_needs_an_explicit_arch_list(tmp_path: Path):
 def test_missing_stack_names_the_known_ones():
     with pytest.raises(StackError, match="no stack 'rocm': pick one of cpu"):
         load_stack("rocm")
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_every_stack_file_loads_under_its_own_name(name: str):
+    stack = load_stack(name)
+    assert stack.name == name
+    assert stack.lock_file == REPO / "containers/lock" / f"{name}.txt"
+    if stack.accelerator == "cuda":
+        assert stack.cuda.split(".")[0] in {"12", "13"}, stack.cuda
+        assert all(re.fullmatch(r"\d+\.\d+", arch) for arch in stack.torch_cuda_arch_list.split(";"))
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_lock_pins_exactly_the_stack_torch_and_deepspeed(name: str):
+    stack = load_stack(name)
+    lines = set(stack.lock_file.read_text().splitlines())
+    for package in ("torch", "deepspeed"):
+        pin = f"{package}=={stack.version(package)}"
+        assert f"{pin} \\" in lines, f"{stack.lock_file} does not pin {pin}: make lock STACK={name}"
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_lock_has_the_cuda_runtime_of_the_stack(name: str):
+    """torch's CUDA runtime wheel in the lock is the stack's CUDA (major.minor), and a CPU stack has none."""
+    stack = load_stack(name)
+    runtimes = re.findall(r"^nvidia-cuda-runtime(?:-cu\d+)?==(\d+\.\d+)\.", stack.lock_file.read_text(), flags=re.M)
+    if stack.accelerator == "cuda":
+        assert runtimes == [".".join(stack.cuda.split(".")[:2])]
+    else:
+        assert runtimes == []
+
+
+def test_cuda12_builds_for_volta_and_cuda13_cannot():
+    cuda12, cuda13 = load_stack("cuda12"), load_stack("cuda13")
+    assert "7.0" in cuda12.torch_cuda_arch_list.split(";")
+    assert cuda12.version("torch") == "2.10.0"  # the newest torch whose PyPI build is CUDA 12
+    assert cuda12.cuda.startswith("12.")
+    assert "7.0" not in cuda13.torch_cuda_arch_list.split(";")  # CUDA 13's nvcc has no sm_70
+    assert cuda13.cuda_home == "wheels"
+    # PyPI's CUDA 12 nvcc wheels hold no nvcc: cuda12 compiles with the build machine's toolkit.
+    assert cuda12.cuda_home == "system"
+    assert not any(name.startswith("cuda-toolkit") for name in cuda12.packages)
+
+
+def test_nvidia_base_uses_the_toolkit_of_its_base_image():
+    stack = load_stack("nvidia-base")
+    assert stack.cuda_home == "system"
+    assert stack.base_image.startswith(f"nvidia/cuda:{stack.cuda}-cudnn-devel-ubuntu24.04@sha256:")
+    assert stack.python == "3.12"  # Ubuntu 24.04's
+    assert "libaio1t64" in stack.apt_runtime  # noble's name of libaio1
+    assert {"7.0", "10.0", "12.0"} <= set(stack.torch_cuda_arch_list.split(";"))  # nvcc 12.8
+    cuda12 = load_stack("cuda12")
+    assert stack.packages == cuda12.packages and stack.cuda == cuda12.cuda
+    assert stack.labels("abc", stack.base_image)["io.zerokit.cuda-home"] == "system"
+
+
+def test_cuda_home_defaults_to_wheels_and_refuses_unknown_values(tmp_path: Path):
+    cuda = write_stack(tmp_path, accelerator='"cuda"', torch_cuda_arch_list='"8.0"')
+    assert load_stack(str(cuda)).cuda_home == "wheels"
+    path = tmp_path / "conda.toml"
+    path.write_text(cuda.read_text().replace("cpu_target =", 'cuda_home = "conda"\ncpu_target ='))
+    with pytest.raises(StackError, match="cuda_home 'conda' is not one of"):
+        load_stack(str(path))
+
+
+def test_get_prints_the_cuda_home_for_the_build_scripts(capsys):
+    from zerokit.stack import main
+
+    assert main(["nvidia-base", "get", "cuda_home"]) == 0
+    assert capsys.readouterr().out == "system\n"
