@@ -77,6 +77,9 @@ def parse(argv: list[str]) -> BenchConfig:
         raise UserError("bench times DeepSpeed: give a config (zero2, zero3, zero3-offload or a file)")
     import torch
 
+    on_gpu = torch.cuda.is_available()
+    if on_gpu and torch.cuda.is_bf16_supported() and not {"--bf16", "--fp16"} & set(train_args):
+        train_args += ["--bf16", "true"]  # train's default on such GPUs; said once, so the plain script gets it too
     return BenchConfig(
         output=args.output.resolve(),
         ranks=args.ranks,
@@ -97,7 +100,7 @@ def parse(argv: list[str]) -> BenchConfig:
         dataset=str(Path(args.dataset).resolve()) if args.dataset else None,
         block_size=args.block_size,
         train_args=tuple(train_args),
-        on_gpu=torch.cuda.is_available(),
+        on_gpu=on_gpu,
     )
 
 

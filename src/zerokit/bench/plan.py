@@ -133,7 +133,7 @@ def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None) -> list[Run]:
         for ranks in cfg.ranks
     ]
     compare_ranks = max(cfg.ranks)  # on one node: start-up and overhead are per-node figures
-    if "startup" not in cfg.skip and cfg.jit_python:
+    if "startup" not in cfg.skip and cfg.jit_python and 1 in cfg.nodes:  # compared with the 1-node run
         runs.append(zerokit_run(cfg, f"startup-jit-1n-{compare_ranks}r", "startup", 1, compare_ranks, jit=True))
     if "overhead" not in cfg.skip and plain_inputs:
         for repeat in range(1, cfg.repeats + 1):

@@ -76,6 +76,8 @@ def test_plain_run_is_torchrun_with_the_same_config_steps_and_threads_per_rank(t
 def test_skips_leave_out_their_runs(tmp_path: Path):
     runs = plan_runs(config(tmp_path, skip=frozenset({"overhead"}), jit_python=None), PLAIN)
     assert {r.group for r in runs} == {"scaling"}
+    only_two_nodes = plan_runs(config(tmp_path, nodes=(2,)), PLAIN)  # JIT start-up compares with a 1-node run
+    assert "startup" not in {r.group for r in only_two_nodes} and "overhead" in {r.group for r in only_two_nodes}
 
 
 def result(name: str, group: str, variant: str, world: int, samples: float, first: float, nodes: int = 1) -> RunResult:

@@ -1,0 +1,34 @@
+"""`bench` on one GPU, smallest setting: the figures come from the GPU (allocated memory, bf16/fp16 run).
+
+Skipped, with the reason, where torch sees no GPU; run it with `pytest -m gpu` in a CUDA environment.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_zerokit
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU: torch.cuda.is_available() is False"),
+]
+
+
+def test_bench_on_one_gpu_reports_gpu_memory_and_the_overhead_ratio(tmp_path: Path, zk_env):
+    out = tmp_path / "bench"
+    argv = ["bench", "--output", str(out), "--ranks", "1", "--steps", "12", "--warmup-steps", "2", "--eval-steps", "6"]
+    result = run_zerokit([*argv, "--repeats", "1", "--skip", "startup"], zk_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads((out / "results.json").read_text())
+    assert figures["machine"]["gpus"], figures["machine"]
+    assert {r["memory_kind"] for r in figures["runs"]} == {"gpu-allocated"}
+    total = torch.cuda.get_device_properties(0).total_memory
+    assert all(0 < r["peak_memory_bytes"][0] < total for r in figures["runs"])
+    assert "--bf16" in figures["settings"]["train_args"] or not torch.cuda.is_bf16_supported()  # both scripts
+    assert figures["overhead"]["throughput_ratio"] > 0
