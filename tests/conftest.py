@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -39,3 +40,9 @@ def run_zerokit(args: list[str], env: dict[str, str], timeout: float = 600, cwd:
         text=True,
         timeout=timeout,
     )
+
+
+def logged_losses(output: Path) -> list[float]:
+    """The training losses the Trainer logged, in step order (from output's trainer_state.json)."""
+    history = json.loads((output / "trainer_state.json").read_text())["log_history"]
+    return [entry["loss"] for entry in history if "loss" in entry]

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.netcluster import Cluster
+from tests.conftest import logged_losses
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 30
@@ -44,13 +45,8 @@ def train_args(output: Path, *more: str) -> str:
     return f"--config zero3 --output-dir {output} --max_steps {STEPS} --logging_steps 10 " + " ".join(more)
 
 
-def losses(output: Path) -> list[float]:
-    history = json.loads((output / "trainer_state.json").read_text())["log_history"]
-    return [entry["loss"] for entry in history if "loss" in entry]
-
-
 def assert_trained(output: Path) -> None:
-    logged = losses(output)
+    logged = logged_losses(output)
     assert len(logged) == STEPS // 10
     assert logged[-1] < 0.8 * logged[0], logged
     assert (output / "model.safetensors").is_file()
@@ -109,7 +105,7 @@ def test_two_nodes_match_one_node_with_the_same_world_size(cluster: Cluster, one
     argv = ["train", "--nproc-per-node", "2", *train_args(single).split()]
     result = cluster.run("node1", argv, env=node_env(tmp), cwd=tmp, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert losses(single) == pytest.approx(losses(output), abs=1e-4)
+    assert logged_losses(single) == pytest.approx(logged_losses(output), abs=1e-4)
 
 
 def test_srun_per_node_mode_spawns_two_ranks_on_each_node(cluster: Cluster):

@@ -44,7 +44,7 @@ def train_argv(output: Path, *extra: str) -> list[str]:
     ]
 
 
-def logged_losses(output: Path) -> dict[int, float]:
+def losses_by_step(output: Path) -> dict[int, float]:
     history = json.loads((output / "trainer_state.json").read_text())["log_history"]
     return {entry["step"]: entry["loss"] for entry in history if "loss" in entry}
 
@@ -78,7 +78,7 @@ def test_sigterm_at_three_steps_then_resume_auto_matches_an_uninterrupted_run(tm
     baseline = tmp_path / "baseline"
     result = run_zerokit(train_argv(baseline), zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
-    expected = logged_losses(baseline)
+    expected = losses_by_step(baseline)
     assert sorted(expected) == list(range(1, STEPS + 1))
 
     output = tmp_path / "preempted"
@@ -97,7 +97,7 @@ def test_sigterm_at_three_steps_then_resume_auto_matches_an_uninterrupted_run(tm
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"zerokit: resuming from {output / f'checkpoint-{stopped_at[-1]}'}" in result.stdout
     # Every step, bit for bit: the same batches, learning rate, RNG and optimizer state after each resume.
-    losses = logged_losses(output)
+    losses = losses_by_step(output)
     differing = {step: (losses.get(step), loss) for step, loss in expected.items() if losses.get(step) != loss}
     assert losses == expected, differing
     assert (output / "model.safetensors").is_file()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import run_zerokit
+from tests.conftest import logged_losses, run_zerokit
 from zerokit.data import PREPARED_NAME
 from zerokit.embedded import prepare_embedded
 
@@ -42,11 +42,6 @@ def train_argv(dataset: Path, tokenizer: Path, output: Path) -> list[str]:
 
 def tokenize_argv(corpus: Path, tokenizer: Path, output: Path) -> list[str]:
     return ["prepare", "tokenize", str(corpus), "--tokenizer", str(tokenizer), "--output", str(output)]
-
-
-def logged_losses(output: Path) -> list[float]:
-    history = json.loads((output / "trainer_state.json").read_text())["log_history"]
-    return [entry["loss"] for entry in history if "loss" in entry]
 
 
 def test_train_from_a_prepared_folder_matches_training_from_raw_text(tmp_path: Path, zk_env):

@@ -7,14 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_zerokit
+from tests.conftest import logged_losses, run_zerokit
 
 STEPS = 60
-
-
-def logged_losses(output: Path) -> list[float]:
-    history = json.loads((output / "trainer_state.json").read_text())["log_history"]
-    return [entry["loss"] for entry in history if "loss" in entry]
 
 
 @pytest.mark.parametrize("config", ["zero2", "zero3", "zero3-offload"])

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import logged_losses
+
 IMAGE = os.environ.get("ZEROKIT_TEST_IMAGE", "")
 DOCKER = os.environ.get("DOCKER", "docker")
 
@@ -94,8 +96,7 @@ def test_two_rank_zero3_training_without_network(tmp_path: Path):
         "10",
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
-    losses = [entry["loss"] for entry in history if "loss" in entry]
+    losses = logged_losses(tmp_path / "run")
     assert len(losses) == 4 and losses[-1] < 0.7 * losses[0], losses
     assert (tmp_path / "run" / "model.safetensors").is_file()
     assert "JIT" not in result.stderr and "Building extension module" not in result.stderr
