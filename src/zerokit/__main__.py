@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("zerokit.doctor.cli:main", "preflight checks: fail loudly and name the fix"),
     "prepare": ("zerokit.prepare:main", "stage models and data for offline nodes; tokenize once into blocks"),
     "bench": ("zerokit.bench.cli:main", "scaling, start-up and overhead report: report.md, scaling.png, JSON"),
+    "universal": ("zerokit.universal:main", "convert a checkpoint so it resumes on another number of ranks"),
     "smoke": ("zerokit.smoke:main", "the smoke test of an image: doctor, two ZeRO-3 trainings, generate, a report"),
     "ops-gate": ("zerokit.ops_gate:main", "fail unless every DeepSpeed op of a stack is prebuilt and loads"),
 }

@@ -50,14 +50,21 @@ def saved_world_size(checkpoint: Path) -> int:
     return len(list(checkpoint.glob("rng_state_*.pth"))) or 1
 
 
-def check_world_size(checkpoint: Path, world_size: int) -> None:
+def needs_universal_load(checkpoint: Path, world_size: int) -> bool:
+    """Whether resuming checkpoint with world_size ranks loads its universal form; one line if it cannot."""
+    from zerokit.universal import is_universal
+
     saved = saved_world_size(checkpoint)
-    if saved != world_size:
-        raise UserError(
-            f"checkpoint {checkpoint} was written by {saved} ranks, this run has {world_size}: its optimizer "
-            f"state is sharded per rank. Resume with {saved} ranks, or restart from its consolidated weights "
-            f"with a fresh optimizer: `train --model {checkpoint} ...` without --resume"
-        )
+    if saved == world_size:
+        return False
+    if is_universal(checkpoint):
+        return True
+    raise UserError(
+        f"checkpoint {checkpoint} was written by {saved} ranks, this run has {world_size}: its optimizer "
+        f"state is sharded per rank. Resume with {saved} ranks; or convert it once, `zerokit universal "
+        f"{checkpoint}`, and resume with any count; or restart from its consolidated weights with a fresh "
+        f"optimizer: `train --model {checkpoint} ...` without --resume"
+    )
 
 
 class AtomicCheckpointTrainer(Trainer):

@@ -135,22 +135,29 @@ def resolve_ds_config(name: str) -> Path | None:
     return path.resolve()
 
 
-def deterministic_ds_config(path: Path) -> str:
-    """The config with Adam/AdamW run by torch, as a base64 JSON string (a form HF's DeepSpeed config takes).
+def ds_config_argument(path: Path, *, torch_adam: bool = False, load_universal: bool = False) -> str:
+    """The `--deepspeed` value: the file as it is, or changed as below, as a base64 JSON string
+    (a form HF's DeepSpeed config takes), so the user's file is never rewritten.
 
-    Why: on CPU, DeepSpeed's Adam kernel (csrc/includes/cpu_adam.h, IncrementStep) keeps beta**step
-    in the process by multiplying once per step, but a resumed process starts it with pow(beta,
-    step): the two differ in the last float32 bit, so a resumed run drifts by an ulp. torch's
-    AdamW computes the bias correction from the step count every time, so a resume is bit-exact.
-    ZeRO-Offload needs DeepSpeed's CPU Adam, so its configs are left as they are.
+    torch_adam (`--deterministic` on CPU): Adam/AdamW run by torch. On CPU, DeepSpeed's Adam kernel
+    (csrc/includes/cpu_adam.h, IncrementStep) keeps beta**step in the process by multiplying once
+    per step, but a resumed process starts it with pow(beta, step): the two differ in the last
+    float32 bit, so a resumed run drifts by an ulp. torch's AdamW computes the bias correction from
+    the step count every time, so a resume is bit-exact. ZeRO-Offload needs DeepSpeed's CPU Adam,
+    so such configs keep it.
+    load_universal: resume from the checkpoint's universal form (`zerokit universal`).
     """
     config = json.loads(path.read_text())
+    changed = False
     optimizer = config.get("optimizer") or {}
     offload = config.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
-    if str(optimizer.get("type", "")).lower() not in {"adam", "adamw"} or offload != "none":
-        return str(path)
-    config["optimizer"] = {**optimizer, "params": {**optimizer.get("params", {}), "torch_adam": True}}
-    return base64.urlsafe_b64encode(json.dumps(config).encode()).decode()
+    if torch_adam and str(optimizer.get("type", "")).lower() in {"adam", "adamw"} and offload == "none":
+        config["optimizer"] = {**optimizer, "params": {**optimizer.get("params", {}), "torch_adam": True}}
+        changed = True
+    if load_universal:
+        config["checkpoint"] = {**config.get("checkpoint", {}), "load_universal": True}
+        changed = True
+    return base64.urlsafe_b64encode(json.dumps(config).encode()).decode() if changed else str(path)
 
 
 def check_output_dir(path: Path, overwrite: bool) -> None:
@@ -269,13 +276,12 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
     from transformers import HfArgumentParser, TrainingArguments, default_data_collator, set_seed
     from transformers.trainer_utils import enable_full_determinism
 
-    from zerokit.checkpoints import AtomicCheckpointTrainer, check_world_size, resolve_resume
+    from zerokit.checkpoints import AtomicCheckpointTrainer, needs_universal_load, resolve_resume
     from zerokit.preemption import REQUEUE_EXIT_CODE, PreemptionCallback
 
     preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
     resume = resolve_resume(options.resume, options.output_dir)
-    if resume:
-        check_world_size(resume, int(os.environ["WORLD_SIZE"]))
+    universal = bool(resume) and needs_universal_load(resume, int(os.environ["WORLD_SIZE"]))
 
     on_gpu = torch.cuda.is_available()
     parser = HfArgumentParser(TrainingArguments)
@@ -286,8 +292,8 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
         parser.set_defaults(bf16=True)
     forced = ["--output_dir", str(options.output_dir)]
     if options.ds_config:
-        exact_resume = options.deterministic and not on_gpu
-        config = deterministic_ds_config(options.ds_config) if exact_resume else str(options.ds_config)
+        torch_adam = options.deterministic and not on_gpu
+        config = ds_config_argument(options.ds_config, torch_adam=torch_adam, load_universal=universal)
         forced += ["--deepspeed", config]
     if not on_gpu:
         forced += ["--use_cpu", "true"]
@@ -321,7 +327,7 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
         callbacks=callbacks,
     )
     if args.process_index == 0:
-        print(_resume_message(options, resume), flush=True)
+        print(_resume_message(options, resume, universal), flush=True)
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if preemption.preempted:  # the checkpoint is written; the job script requeues on this code
         _shutdown_distributed()
@@ -353,9 +359,9 @@ def evaluate(trainer) -> None:
     trainer.save_metrics("eval", metrics)
 
 
-def _resume_message(options: TrainOptions, resume: Path | None) -> str:
+def _resume_message(options: TrainOptions, resume: Path | None, universal: bool) -> str:
     if resume:
-        return f"zerokit: resuming from {resume}"
+        return f"zerokit: resuming from {resume}" + (" (its universal form: another rank count)" if universal else "")
     if options.resume == "auto":
         return f"zerokit: no complete checkpoint in {options.output_dir}: starting from step 0"
     return "zerokit: starting from step 0"

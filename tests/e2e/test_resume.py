@@ -75,12 +75,13 @@ def test_kill_9_during_a_checkpoint_write_then_resume_auto(tmp_path: Path, zk_en
     assert staging.is_dir() and not (output / f"checkpoint-{half_step}").exists()
     assert previous == output / f"checkpoint-{half_step - SAVE_STEPS}"
 
-    # Another world size: one line, naming both supported ways on.
+    # Another world size: one line, naming the supported ways on.
     result = run_zerokit(train_argv(output, 1, "--resume", "auto"), zk_env)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "written by 2 ranks, this run has 1" in lines[0], result.stderr[-3000:]
     assert "Resume with 2 ranks" in lines[0] and f"--model {previous}" in lines[0]
+    assert f"`zerokit universal {previous}`" in lines[0]
 
     result = run_zerokit(train_argv(output, 2, "--resume", "auto"), zk_env)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from zerokit.checkpoints import check_world_size, newest_complete_checkpoint, publish, resolve_resume
+from tests.conftest import run_zerokit
+from zerokit.checkpoints import needs_universal_load, newest_complete_checkpoint, publish, resolve_resume
 from zerokit.errors import UserError
 
 
@@ -41,10 +42,13 @@ def test_resume_from_an_explicit_folder(tmp_path: Path):
 
 def test_world_size_mismatch_names_the_ways_on(tmp_path: Path):
     path = checkpoint(tmp_path, "checkpoint-5", ranks=4)
-    check_world_size(path, 4)
-    with pytest.raises(UserError, match=r"written by 4 ranks, this run has 2.*Resume with 4 ranks.*--model"):
-        check_world_size(path, 2)
-    check_world_size(checkpoint(tmp_path, "checkpoint-6", ranks=0), 1)  # one rank writes rng_state.pth
+    assert needs_universal_load(path, 4) is False
+    ways = rf"written by 4 ranks, this run has 2.*Resume with 4 ranks.*`zerokit universal {path}`.*--model"
+    with pytest.raises(UserError, match=ways):
+        needs_universal_load(path, 2)
+    assert needs_universal_load(checkpoint(tmp_path, "checkpoint-6", ranks=0), 1) is False  # one rng_state.pth
+    (path / "latest_universal").write_text("global_step5_universal")  # converted: any rank count
+    assert needs_universal_load(path, 2) is True and needs_universal_load(path, 4) is False
 
 
 def test_publish_replaces_an_older_checkpoint_of_the_same_step(tmp_path: Path):
@@ -53,3 +57,12 @@ def test_publish_replaces_an_older_checkpoint_of_the_same_step(tmp_path: Path):
     publish(written, old)
     assert sorted(p.name for p in old.iterdir()) == ["rng_state_0.pth", "trainer_state.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-5", "tmp-checkpoint-5"]
+
+
+def test_universal_refuses_what_is_not_a_zero_checkpoint(tmp_path: Path, zk_env):
+    result = run_zerokit(["universal", str(tmp_path / "checkpoint-9")], zk_env)
+    assert result.returncode == 2 and "not a complete checkpoint" in result.stderr
+    plain = checkpoint(tmp_path, "checkpoint-5", ranks=2)  # trainer state, no DeepSpeed `latest`
+    result = run_zerokit(["universal", str(plain)], zk_env)
+    assert result.returncode == 2 and "no DeepSpeed state" in result.stderr
+    assert sorted(p.name for p in plain.iterdir()) == ["rng_state_0.pth", "rng_state_1.pth", "trainer_state.json"]

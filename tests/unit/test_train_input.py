@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
-from zerokit.train import deterministic_ds_config, resolve_ds_config
+from zerokit.train import ds_config_argument, resolve_ds_config
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -67,8 +67,15 @@ def decoded(argument: str) -> dict:
 
 def test_deterministic_config_runs_adam_in_torch_except_when_offloaded():
     zero3 = resolve_ds_config("zero3")
-    config = decoded(deterministic_ds_config(zero3))
-    assert config["optimizer"]["params"]["torch_adam"] is True
+    assert ds_config_argument(zero3) == str(zero3)  # nothing asked: the file itself
+    config = decoded(ds_config_argument(zero3, torch_adam=True))
+    assert config["optimizer"]["params"]["torch_adam"] is True and "checkpoint" not in config
     assert config["zero_optimization"] == json.loads(zero3.read_text())["zero_optimization"]
     offload = resolve_ds_config("zero3-offload")  # ZeRO-Offload needs DeepSpeed's CPU Adam: untouched
-    assert deterministic_ds_config(offload) == str(offload)
+    assert ds_config_argument(offload, torch_adam=True) == str(offload)
+
+
+def test_universal_resume_sets_load_universal():
+    config = decoded(ds_config_argument(resolve_ds_config("zero3-offload"), load_universal=True))
+    assert config["checkpoint"] == {"load_universal": True}
+    assert "torch_adam" not in config["optimizer"]["params"]

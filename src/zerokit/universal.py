@@ -1,0 +1,58 @@
+"""`universal`: convert a checkpoint to DeepSpeed's universal format, to resume it on another number of ranks.
+
+A ZeRO checkpoint holds the optimizer state sharded per rank, so it only loads with the world
+size that wrote it. DeepSpeed's ds_to_universal turns the shards into per-parameter files next
+to them (`global_stepN_universal/`, named by `latest_universal`); `train --resume` then loads
+those with `checkpoint.load_universal` whenever the rank count differs. The original shards are
+kept: the checkpoint still resumes as before with its own rank count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from zerokit.errors import UserError
+
+LATEST_UNIVERSAL = "latest_universal"
+
+
+def is_universal(checkpoint: Path) -> bool:
+    """A finished conversion: ds_to_universal writes latest_universal last."""
+    return (checkpoint / LATEST_UNIVERSAL).is_file()
+
+
+def convert(checkpoint: Path) -> Path:
+    """Convert checkpoint (a `checkpoint-N` folder) in place; returns the universal folder."""
+    from zerokit.checkpoints import resolve_resume
+
+    resolve_resume(str(checkpoint), checkpoint.parent)  # a complete checkpoint, or one line why not
+    latest = checkpoint / "latest"
+    if not latest.is_file():
+        raise UserError(f"{checkpoint} has no DeepSpeed state (no `latest` file): it was not written under ZeRO")
+    tag = latest.read_text().strip()
+    target = checkpoint / f"{tag}_universal"
+    if is_universal(checkpoint):
+        return target
+    if target.exists():  # left by a conversion that did not finish
+        shutil.rmtree(target)
+    command = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal"]
+    command += ["--input_folder", str(checkpoint / tag), "--output_folder", str(target)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0 or not is_universal(checkpoint):
+        log = checkpoint / "universal-conversion.log"
+        log.write_text(result.stdout + result.stderr)
+        raise UserError(f"ds_to_universal failed on {checkpoint / tag} (exit code {result.returncode}): see {log}")
+    return target
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="zerokit universal", description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", type=Path, help="a checkpoint-N folder (e.g. runs/long/checkpoint-500)")
+    args = parser.parse_args(argv)
+    target = convert(args.checkpoint)
+    print(f"universal: {target} written; `train --resume auto` (or a path) now loads it with any rank count")
+    return 0

@@ -1,0 +1,45 @@
+"""A ZeRO-3 checkpoint of 2 ranks, converted with `zerokit universal`, resumes on 1 rank on the same curve.
+
+The global batch is kept (1 x 16 = 2 x 8) and dropout is off (each rank draws its own masks), so
+the resumed run must follow the uninterrupted 2-rank run step for step: weights, optimizer state,
+learning-rate schedule and data position all come through the conversion.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import logged_losses, run_zerokit
+
+NO_DROPOUT = "resid_pdrop=0,embd_pdrop=0,attn_pdrop=0"
+
+
+def train_argv(output: Path, ranks: int, steps: int, *extra: str) -> list[str]:
+    return [
+        "train", "--config", "zero3", "--nproc-per-node", str(ranks), "--output-dir", str(output),
+        "--max_steps", str(steps), "--per_device_train_batch_size", str(16 // ranks), "--logging_steps", "1",
+        "--seed", "7", "--config-overrides", NO_DROPOUT, "--save_strategy", "steps", "--save_steps", "10", *extra,
+    ]  # fmt: skip
+
+
+def test_two_rank_checkpoint_resumes_on_one_rank_after_conversion(tmp_path: Path, zk_env):
+    baseline, run = tmp_path / "baseline", tmp_path / "run"
+    result = run_zerokit(train_argv(baseline, 2, 20), zk_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_zerokit(train_argv(run, 2, 10), zk_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    checkpoint = run / "checkpoint-10"
+
+    result = run_zerokit(["universal", str(checkpoint)], zk_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (checkpoint / "latest_universal").read_text().strip() == "global_step10_universal"
+    assert len(list((checkpoint / "global_step10").glob("*optim_states.pt"))) == 2  # the shards are kept
+
+    result = run_zerokit(train_argv(run, 1, 20, "--resume", "auto"), zk_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resuming from {checkpoint} (its universal form" in result.stdout
+    resumed, expected = logged_losses(run), logged_losses(baseline)
+    assert len(resumed) == len(expected) == 20
+    assert resumed == pytest.approx(expected, rel=1e-4), list(zip(resumed, expected, strict=True))
