@@ -50,10 +50,13 @@ def saved_world_size(checkpoint: Path) -> int:
     return len(list(checkpoint.glob("rng_state_*.pth"))) or 1
 
 
+def is_universal(checkpoint: Path) -> bool:
+    """Converted by `zerokit universal`: ds_to_universal writes latest_universal when it has finished."""
+    return (checkpoint / "latest_universal").is_file()
+
+
 def needs_universal_load(checkpoint: Path, world_size: int) -> bool:
     """Whether resuming checkpoint with world_size ranks loads its universal form; one line if it cannot."""
-    from zerokit.universal import is_universal
-
     saved = saved_world_size(checkpoint)
     if saved == world_size:
         return False

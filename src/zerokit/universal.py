@@ -15,20 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from zerokit.checkpoints import is_universal, resolve_resume
 from zerokit.errors import UserError
-
-LATEST_UNIVERSAL = "latest_universal"
-
-
-def is_universal(checkpoint: Path) -> bool:
-    """A finished conversion: ds_to_universal writes latest_universal last."""
-    return (checkpoint / LATEST_UNIVERSAL).is_file()
 
 
 def convert(checkpoint: Path) -> Path:
     """Convert checkpoint (a `checkpoint-N` folder) in place; returns the universal folder."""
-    from zerokit.checkpoints import resolve_resume
-
     resolve_resume(str(checkpoint), checkpoint.parent)  # a complete checkpoint, or one line why not
     latest = checkpoint / "latest"
     if not latest.is_file():
