@@ -103,6 +103,17 @@ def test_two_rank_zero3_training_without_network(tmp_path: Path):
 
 
 @pytest.mark.skipif(not os.environ.get("ZEROKIT_TEST_SECRET_MARKERS"), reason="set by .ci/run, which plants them")
+def test_bench_runs_in_the_image_with_its_plain_script(tmp_path: Path):
+    tmp_path.chmod(0o777)
+    bench = ["bench", "--output", "/out/bench", "--ranks", "1", "--steps", "6", "--warmup-steps", "2"]
+    bench += ["--eval-steps", "3", "--repeats", "1", "--skip", "startup"]
+    result = docker("run", "--rm", "--network", "none", "--shm-size", "1g", "-v", f"{tmp_path}:/out", IMAGE, *bench)
+    assert result.returncode == 0, result.stderr[-3000:]
+    overhead = json.loads((tmp_path / "bench" / "results.json").read_text())["overhead"]
+    assert overhead["plain"]["samples_per_s"][0] > 0 and overhead["throughput_ratio"] > 0
+    assert (tmp_path / "bench" / "scaling.png").is_file()
+
+
 def test_no_site_ca_or_token_in_history_config_or_layers(tmp_path: Path):
     """.ci/run builds with a CA file and an HF_TOKEN that carry these markers; none may reach the image."""
     markers = [m.encode() for m in os.environ["ZEROKIT_TEST_SECRET_MARKERS"].split(",")]
