@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zerokit.launch.environment import free_port
+
 SKIPPABLE = ("startup", "overhead")
 
 
@@ -113,7 +115,10 @@ def zerokit_run(cfg: BenchConfig, name: str, group: str, nodes: int, ranks: int,
 def plain_run(cfg: BenchConfig, name: str, ranks: int, inputs: PlainInputs) -> Run:
     folder = cfg.output / "runs" / name
     argv = [
-        cfg.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+        # The docs' `torchrun --nproc-per-node N`, on a free port (--standalone resolves the
+        # hostname, which an offline container cannot).
+        cfg.python, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+        "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
         str(cfg.plain_script), *inputs.model_flags,
         "--train_file", inputs.train_file, "--validation_file", inputs.validation_file,
         "--block_size", str(inputs.block_size), "--deepspeed", str(cfg.config),

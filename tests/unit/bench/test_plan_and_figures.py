@@ -67,7 +67,7 @@ def test_jit_run_uses_the_jit_python_a_fresh_extensions_folder_and_no_preflight(
 def test_plain_run_is_torchrun_with_the_same_config_steps_and_threads_per_rank(tmp_path: Path):
     plain = next(r for r in plan_runs(config(tmp_path), PLAIN) if r.variant == "plain")
     argv = list(plain.argv)
-    assert argv[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    assert argv[1:7] == ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
     assert argv[argv.index("--deepspeed") + 1] == "configs/zero3.json" and "--use_cpu" in argv
     assert argv[argv.index("--max_steps") + 1] == "20" and argv[argv.index("--block_size") + 1] == "64"
     assert "OMP_NUM_THREADS" in plain.env
