@@ -8,6 +8,7 @@ that is not installed is reported, not built.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 
@@ -67,7 +68,11 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: zerokit ops-gate STACK", file=sys.stderr)
         return 2
-    statuses = check_ops(load_stack(argv[0]).ds_ops)
+    stack = load_stack(argv[0])
+    # The stack's accelerator, not the one DeepSpeed would guess: on a build machine without a GPU
+    # it guesses CPU, whose builders would JIT-compile the CUDA wheel's host ops instead of loading them.
+    os.environ["DS_ACCELERATOR"] = stack.accelerator
+    statuses = check_ops(stack.ds_ops)
     for status in statuses:
         print(f"{'ok  ' if status.ok else 'FAIL'} {status.name}: {status.detail}")
     failed = [s.name for s in statuses if not s.ok]
