@@ -4,7 +4,9 @@ SHELL := /bin/bash
 
 STACK ?= cpu
 PYTHON ?= python3
-VENV ?= .venv
+# The cpu stack's environment is the dev one; another stack's gets its own, so building it does
+# not replace the dev environment.
+VENV ?= $(if $(filter cpu,$(STACK)),.venv,build/venv-$(STACK))
 VPY := $(VENV)/bin/python
 # A folder of wheels that are not on PyPI or of every wheel (air-gapped sites). By default the
 # CPU torch wheel folder of this kind of machine, for the cpu stack only: in a CUDA stack's lock
@@ -23,7 +25,8 @@ PYTEST_ARGS ?=
 EXTRA_INDEX = $(shell $(STACK_CMD) get extra_index_url)
 PIP_SOURCES = $(if $(WHEELHOUSE),--find-links $(WHEELHOUSE),$(if $(EXTRA_INDEX),--extra-index-url $(EXTRA_INDEX)))
 export PIP_FIND_LINKS := $(WHEELHOUSE)
-UV ?= $(VENV)/bin/uv
+# The dev environment's uv, for every stack.
+UV ?= .venv/bin/uv
 UV_COMPILE = $(UV) pip compile --generate-hashes --no-header $(PIP_SOURCES) \
   --python-version $(shell $(STACK_CMD) get python) --python-platform x86_64-manylinux_2_28
 
