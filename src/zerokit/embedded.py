@@ -21,6 +21,13 @@ GPT2_SIZE = {"n_layer": 2, "n_head": 4, "n_embd": 128, "n_positions": BLOCK_SIZE
 EOS = "<|endoftext|>"
 
 
+def model_config():
+    """The embedded default's GPT-2 config (vocabulary and special tokens come from the tokenizer)."""
+    from transformers import GPT2Config
+
+    return GPT2Config(**GPT2_SIZE)
+
+
 def train_tokenizer(files: list[Path], folder: Path):
     """Train a byte-level BPE tokenizer on files and save it (transformers format) into folder."""
     from tokenizers import ByteLevelBPETokenizer

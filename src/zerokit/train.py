@@ -425,12 +425,10 @@ def load_model(options: TrainOptions, tokenizer):
             raise UserError(f"unknown --model-type {options.model_type!r}; e.g. gpt2, llama, mistral, qwen2")
         config = CONFIG_MAPPING[options.model_type]()
     else:
-        from zerokit.embedded import GPT2_SIZE
+        from zerokit.embedded import model_config
 
-        config = CONFIG_MAPPING["gpt2"](**GPT2_SIZE)
-    config.vocab_size = len(tokenizer)
-    config.bos_token_id = config.eos_token_id = tokenizer.eos_token_id
-    config.pad_token_id = tokenizer.pad_token_id
+        config = model_config()
+    fit_to_tokenizer(config, tokenizer)
     if options.config_overrides:
         try:
             config.update_from_string(options.config_overrides)
@@ -440,6 +438,14 @@ def load_model(options: TrainOptions, tokenizer):
                 'format: "key=value,key=value" with keys of the model config'
             ) from None
     return AutoModelForCausalLM.from_config(config)
+
+
+def fit_to_tokenizer(config, tokenizer):
+    """A from-scratch config's vocabulary size and special tokens, from the tokenizer it trains with."""
+    config.vocab_size = len(tokenizer)
+    config.bos_token_id = config.eos_token_id = tokenizer.eos_token_id
+    config.pad_token_id = tokenizer.pad_token_id
+    return config
 
 
 def pick_block_size(options: TrainOptions, tokenizer, model, wanted: int | None = None) -> int:

@@ -114,14 +114,13 @@ def plain_inputs(cfg: BenchConfig) -> PlainInputs | None:
             return None
         flags = ("--model_name_or_path", cfg.model, "--tokenizer_name", cfg.model)
         return PlainInputs(flags, cfg.dataset, cfg.dataset, cfg.block_size)
-    from transformers import CONFIG_MAPPING, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from zerokit.embedded import BLOCK_SIZE, GPT2_SIZE, prepare_embedded
+    from zerokit.embedded import BLOCK_SIZE, model_config, prepare_embedded
+    from zerokit.train import fit_to_tokenizer
 
     files, tokenizer_dir = prepare_embedded(cfg.output / "cache" / "embedded")  # where the train runs find it
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    ids = {"bos_token_id": tokenizer.eos_token_id, "eos_token_id": tokenizer.eos_token_id}
-    config = CONFIG_MAPPING["gpt2"](**GPT2_SIZE, **ids, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    config = fit_to_tokenizer(model_config(), AutoTokenizer.from_pretrained(tokenizer_dir))
     config.save_pretrained(cfg.output / "plain-model-config")  # the model train builds for the embedded job
     flags = ("--config_name", str(cfg.output / "plain-model-config"), "--tokenizer_name", str(tokenizer_dir))
     return PlainInputs(flags, str(files["train"]), str(files["validation"]), BLOCK_SIZE)
