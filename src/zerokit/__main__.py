@@ -7,6 +7,7 @@ command runs, so `--help` stays fast and does not import torch.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from zerokit.errors import UserError
@@ -46,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return function(rest)
     except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        if not error.every_rank or os.environ.get("RANK", "0") == "0":
+            print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
 
 
 if __name__ == "__main__":

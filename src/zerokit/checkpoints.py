@@ -1,48 +1,138 @@
-"""Checkpoints: written atomically, found for `--resume auto`, checked against the world size.
+"""Checkpoints: found for `--resume auto`, checked for damage, checked against the world size.
 
-The Trainer writes `checkpoint-N` in place, so a crash mid-write leaves a half checkpoint that
-looks like the newest. Here it is written into `tmp-checkpoint-N/` and moved to `checkpoint-N`
-by the saving rank once every rank has finished; a `tmp-` folder is never picked for resuming.
+Pure file logic (no torch): `train` checks the output folder with it before any rank starts.
+How checkpoints are written (atomically, rotated) is in zerokit.trainer.
+
+A checkpoint can be damaged after it was written whole (a node dies while a file system
+flushes, a quota cuts a copy short). Each checkpoint carries SIZES_NAME, the size of every file
+as written; a file that is missing, of another size, or not what its format says (a torch zip
+without its directory, a safetensors file shorter than its header says) marks it damaged.
+`--resume auto` then falls back to the newest checkpoint that is whole, and says so.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import struct
+import zipfile
 from pathlib import Path
 
-from transformers import Trainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
-
 from zerokit.errors import UserError
+from zerokit.outputs import foreign_entries
 
-CHECKPOINT_NAME = re.compile(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)")
+PREFIX = "checkpoint"  # the Trainer's PREFIX_CHECKPOINT_DIR
+CHECKPOINT_NAME = re.compile(rf"{PREFIX}-(\d+)")
 STAGING_PREFIX = "tmp-"
+SIZES_NAME = "zerokit-checkpoint.json"
+TORCH_ZIP_SUFFIXES = (".pt", ".pth", ".bin")
 
 
-def newest_complete_checkpoint(output_dir: Path) -> Path | None:
-    """The `checkpoint-N` with the highest N that has its trainer state; None if there is none."""
+def complete_checkpoints(output_dir: Path) -> list[Path]:
+    """This run's `checkpoint-N` folders that have their trainer state, newest first.
+
+    Checkpoints that were in the folder before this run's chain began (foreign, see
+    zerokit.outputs) are not this run's: never resumed from, never rotated.
+    """
     if not output_dir.is_dir():
-        return None
+        return []
+    foreign = foreign_entries(output_dir)
     found = [
         (int(match.group(1)), path)
         for path in output_dir.iterdir()
-        if (match := CHECKPOINT_NAME.fullmatch(path.name)) and (path / "trainer_state.json").is_file()
+        if (match := CHECKPOINT_NAME.fullmatch(path.name))
+        and path.name not in foreign
+        and (path / "trainer_state.json").is_file()
     ]
-    return max(found)[1] if found else None
+    return [path for _, path in sorted(found, reverse=True)]
 
 
-def resolve_resume(value: str | None, output_dir: Path) -> Path | None:
-    """`--resume auto`: the newest complete checkpoint (None: start fresh); `--resume PATH`: that checkpoint."""
+def newest_complete_checkpoint(output_dir: Path) -> Path | None:
+    found = complete_checkpoints(output_dir)
+    return found[0] if found else None
+
+
+def resolve_resume(value: str | None, output_dir: Path, notes: list[str] | None = None) -> Path | None:
+    """`--resume auto`: the newest whole checkpoint (None: start fresh), a damaged one skipped with a
+    note; `--resume PATH`: that checkpoint, which must be whole."""
     if value is None:
         return None
     if value == "auto":
-        return newest_complete_checkpoint(output_dir)
+        for checkpoint in complete_checkpoints(output_dir):
+            why = damage(checkpoint)
+            if why is None:
+                return checkpoint
+            if notes is not None:
+                notes.append(f"checkpoint {checkpoint} is damaged ({why}): skipped, trying the one before it")
+        return None
     path = Path(value)
     if not (path / "trainer_state.json").is_file():
         raise UserError(f"--resume {value}: not a complete checkpoint (no trainer_state.json); or use --resume auto")
+    if why := damage(path):
+        raise UserError(
+            f"--resume {value}: the checkpoint is damaged ({why}): resume from an earlier checkpoint-N, "
+            "or pass --resume auto (it skips damaged ones)"
+        )
     return path
+
+
+def damage(checkpoint: Path) -> str | None:
+    """Why checkpoint cannot be loaded as written, or None when every file is whole."""
+    sizes_path = checkpoint / SIZES_NAME
+    if sizes_path.is_file():
+        try:
+            sizes = json.loads(sizes_path.read_text())
+        except ValueError:
+            return f"{sizes_path} is not valid JSON"
+        for name, size in sizes.items():
+            file = checkpoint / name
+            if not file.is_file():
+                return f"{file} is missing"
+            if (actual := file.stat().st_size) != size:
+                return f"{file} has {actual} bytes, {size} were written"
+    for file in sorted(p for p in checkpoint.rglob("*") if p.is_file()):
+        if why := file_damage(file):
+            return f"{file} {why}"
+    return None
+
+
+def file_damage(file: Path) -> str | None:
+    """A cheap check of one file by its format (no tensor is loaded)."""
+    try:
+        if file.suffix in TORCH_ZIP_SUFFIXES:
+            if not zipfile.is_zipfile(file):
+                return "is truncated or not a torch.save file (no zip directory)"
+        elif file.suffix == ".safetensors":
+            return _safetensors_damage(file)
+        elif file.suffix == ".json":
+            json.loads(file.read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        return f"cannot be read ({error})"
+    return None
+
+
+def _safetensors_damage(file: Path) -> str | None:
+    size = file.stat().st_size
+    with file.open("rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            return "is truncated (no header)"
+        (header_size,) = struct.unpack("<Q", head)
+        if 8 + header_size > size:
+            return "is truncated (shorter than its header)"
+        header = json.loads(handle.read(header_size))
+    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    if 8 + header_size + end != size:
+        return f"is truncated ({size} bytes, its header says {8 + header_size + end})"
+    return None
+
+
+def record_sizes(checkpoint: Path) -> None:
+    """Write SIZES_NAME: every file's size, as written (before the checkpoint is published)."""
+    sizes = {str(p.relative_to(checkpoint)): p.stat().st_size for p in sorted(checkpoint.rglob("*")) if p.is_file()}
+    (checkpoint / SIZES_NAME).write_text(json.dumps(sizes, indent=1) + "\n")
 
 
 def saved_world_size(checkpoint: Path) -> int:
@@ -70,40 +160,23 @@ def needs_universal_load(checkpoint: Path, world_size: int) -> bool:
     )
 
 
-class AtomicCheckpointTrainer(Trainer):
-    """A Trainer whose checkpoints appear complete or not at all (see the module docstring)."""
-
-    _staging: Path | None = None
-
-    def _get_output_dir(self, trial) -> str:
-        return str(self._staging) if self._staging else super()._get_output_dir(trial)
-
-    def _save_checkpoint(self, model, trial) -> None:
-        run_dir = Path(super()._get_output_dir(trial))
-        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        staging = run_dir / f"{STAGING_PREFIX}{name}"
-        if self.args.should_save and staging.exists():  # left by a run killed while saving
-            shutil.rmtree(staging)
-        self.accelerator.wait_for_everyone()
-        self._staging = staging
-        try:
-            super()._save_checkpoint(model, trial)  # writes staging/checkpoint-N
-        finally:
-            self._staging = None
-        self.accelerator.wait_for_everyone()  # every rank has written its shards
-        if self.args.should_save:
-            publish(staging / name, run_dir / name)
-            shutil.rmtree(staging)
-            rotate_checkpoints(
-                output_dir=str(run_dir),
-                save_total_limit=self.args.save_total_limit,
-                best_model_checkpoint=self.state.best_model_checkpoint,
-            )
-        self.accelerator.wait_for_everyone()
+def rotate(output_dir: Path, limit: int | None, best: Path | None = None) -> None:
+    """Keep this run's newest `limit` checkpoints, and the best one, as the Trainer's rotation does;
+    foreign checkpoints (an earlier run's) are never touched."""
+    if not limit:
+        return
+    ordered = complete_checkpoints(output_dir)[::-1]  # oldest first
+    if best in ordered and ordered[-1] != best:
+        ordered.remove(best)
+        ordered.insert(len(ordered) - 1, best)  # second newest: kept while the limit allows two
+        limit = max(limit, 2)
+    for old in ordered[: max(0, len(ordered) - limit)]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def publish(written: Path, final: Path) -> None:
     """Move a finished checkpoint into place; an older one of the same step is moved aside first."""
+    record_sizes(written)
     if final.exists():
         old = final.with_name(f"{STAGING_PREFIX}old-{final.name}")
         shutil.rmtree(old, ignore_errors=True)

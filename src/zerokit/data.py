@@ -51,6 +51,36 @@ def resolve_source(name: str) -> DatasetSource:
     return DatasetSource(kind="files", location=str(path), loader="text", data_files=tuple(texts))
 
 
+def check_text_files(source: DatasetSource, sample_bytes: int = 1 << 16) -> None:
+    """Local text files must hold text: an empty or binary file fails now, in one line, not as
+    "num_samples=0" or a decode error in every rank."""
+    if source.kind != "files" or not source.data_files:
+        return
+    if all(Path(f).stat().st_size == 0 for f in source.data_files):
+        raise UserError(f"dataset {source.location} is empty: give a file with text in it")
+    for file in source.data_files:
+        with open(file, "rb") as handle:
+            head = handle.read(sample_bytes)
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if error.start < len(head) - 3:  # not a character cut at the end of the sample
+                raise UserError(
+                    f"dataset {file} is not UTF-8 text (byte {error.start}): give a text file, or convert it"
+                ) from None
+        if b"\0" in head:
+            raise UserError(f"dataset {file} holds NUL bytes: it is binary, not text; give a text file")
+
+
+def check_blocks(blocks, source: str, block_size: int) -> None:
+    """At least one training block: a corpus shorter than one block trains nothing."""
+    if len(blocks["train"]) == 0:
+        raise UserError(
+            f"dataset {source} has fewer tokens than one block of {block_size} after the validation split: "
+            "give more text, or a smaller --block-size"
+        )
+
+
 def load_raw(source: DatasetSource, validation_percent: int, seed: int, splits: dict[str, str] | None = None):
     """Load the text as a DatasetDict with "train" and "validation" (split off train if there is none)."""
     import datasets
@@ -66,7 +96,13 @@ def load_raw(source: DatasetSource, validation_percent: int, seed: int, splits: 
     if isinstance(raw, datasets.Dataset):
         raw = datasets.DatasetDict(train=raw)
     if "validation" not in raw:
-        parts = raw["train"].train_test_split(test_size=validation_percent / 100, seed=seed)
+        try:
+            parts = raw["train"].train_test_split(test_size=validation_percent / 100, seed=seed)
+        except ValueError:
+            raise UserError(
+                f"dataset {source.location} has {len(raw['train'])} rows, too few to hold out "
+                f"{validation_percent}% for validation: give more text (or one with a validation split)"
+            ) from None
         raw = datasets.DatasetDict(train=parts["train"], validation=parts["test"])
     return raw
 

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from zerokit.errors import UserError
+from zerokit.model_source import is_path, require_model_folder, require_tokenizer_folder
+from zerokit.outputs import check_writable
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -119,10 +121,13 @@ def main(argv: list[str]) -> int:
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     prompts = read_prompts(args)
-    if not Path(args.model).exists() and Path(args.model).is_absolute():
-        raise UserError(f"model folder not found: {args.model}")
+    if is_path(args.model):
+        require_model_folder("model", args.model)
+        require_tokenizer_folder("model", args.model)
     if args.output and args.output.exists() and not args.overwrite:
         raise UserError(f"output {args.output} exists: pick another --output, or pass --overwrite")
+    if args.output:
+        check_writable(args.output.parent, "--output")
     texts = generate(
         args.model,
         prompts,

@@ -29,6 +29,8 @@ def is_offline(environ) -> bool:
 def not_cached(what: str, flag: str, name: str, why: str) -> UserError:
     from huggingface_hub.constants import HF_HOME
 
+    if "/" in name:
+        why += f" (nor is there a local folder {name})"
     return UserError(
         f"{what} {name}: {why}, and this node is offline (HF_HUB_OFFLINE=1): stage it where there is network, "
         f"into the HF_HOME this node uses ({HF_HOME}): `zerokit prepare {flag} {name}`; or pass --online"

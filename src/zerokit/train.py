@@ -12,11 +12,13 @@ import base64
 import json
 import math
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from zerokit.errors import UserError
+from zerokit.errors import RunFailure, UserError
+from zerokit.hf_flags import check_hf_flags
 from zerokit.lora import LORA_FORMAT, parse_lora
 from zerokit.paths import CONFIGS_DIR
 
@@ -73,6 +75,7 @@ class TrainOptions:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="train",
+        allow_abbrev=False,  # a prefix (--learning_rat) is an unknown flag, not silently another one
         description="Train a causal LM with the HF Trainer and DeepSpeed ZeRO. With no --model/--dataset, "
         "trains the embedded default (tiny GPT-2 on a generated corpus). Any TrainingArguments flag "
         "(--learning_rate, --max_steps, --bf16, ...) is passed through.",
@@ -85,7 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
         f"({', '.join(sorted(p.stem for p in CONFIGS_DIR.glob('*.json')))}); 'none' trains without DeepSpeed",
     )
     add("--output-dir", "--output_dir", default="runs/train", help="where the model and results go")
-    add("--overwrite", action="store_true", help="write into an output folder that is not empty")
+    add(
+        "--overwrite",
+        action="store_true",
+        help="write into an output folder that is not empty; an earlier run's files there are replaced, others kept",
+    )
     add("--model", help="Hub id or local folder, loaded with from_pretrained")
     add("--model-type", help="train from scratch from a fresh config of this type (e.g. gpt2, llama)")
     add("--from-scratch", action="store_true", help="take only the config of --model; random weights")
@@ -160,21 +167,48 @@ def ds_config_argument(path: Path, *, torch_adam: bool = False, load_universal: 
     return base64.urlsafe_b64encode(json.dumps(config).encode()).decode() if changed else str(path)
 
 
-def check_output_dir(path: Path, overwrite: bool) -> None:
+def check_output_dir(path: Path, overwrite: bool, resume: str | None) -> None:
+    """Whether this run may write into path: never over a finished run or other files unasked.
+
+    `--resume` writes into a folder only when there is something of this run to continue (a
+    checkpoint, or a run that did not finish); a finished run with no checkpoint is not resumed
+    but replaced, which needs --overwrite.
+    """
+    from zerokit import outputs
+    from zerokit.checkpoints import newest_complete_checkpoint
+
+    outputs.check_writable(path, "--output-dir")
     if path.exists() and not path.is_dir():
         raise UserError(f"output {path} exists and is a file: pick another --output-dir")
-    if path.is_dir() and any(path.iterdir()) and not overwrite:
+    if overwrite or not outputs.entries(path):
+        return
+    record = outputs.read_record(path)
+    finished = record.finished if record else (path / "train_results.json").is_file()
+    if resume is not None and (newest_complete_checkpoint(path) or (record and not finished)):
+        return
+    if finished:
         raise UserError(
-            f"output folder {path} exists and is not empty: pick another --output-dir, "
-            "or pass --overwrite to write into it"
+            f"output folder {path} holds a finished run and no checkpoint to resume: pick another --output-dir, "
+            "or pass --overwrite to replace that run's files"
         )
+    raise UserError(
+        f"output folder {path} exists and is not empty: pick another --output-dir, "
+        "or pass --overwrite to write into it (files that no earlier run wrote are kept)"
+    )
 
 
 def parse(argv: list[str]) -> tuple[TrainOptions, list[str]]:
     """Split argv into zerokit's options (validated) and the TrainingArguments flags."""
-    namespace, hf_argv = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    namespace, hf_argv = parser.parse_known_args(argv)
+    check_hf_flags(hf_argv, [flag for action in parser._actions for flag in action.option_strings])
     if namespace.nproc_per_node < 1:
         raise UserError(f"--nproc-per-node must be at least 1, got {namespace.nproc_per_node}")
+    if namespace.block_size is not None and namespace.block_size < 1:
+        raise UserError(f"--block-size must be at least 1, got {namespace.block_size}")
+    if not 0 <= namespace.validation_split_percentage < 100:
+        percent = namespace.validation_split_percentage
+        raise UserError(f"--validation-split-percentage must be from 0 to 99, got {percent}")
     options = TrainOptions(
         ds_config=resolve_ds_config(namespace.config),
         output_dir=Path(namespace.output_dir),
@@ -204,9 +238,9 @@ def parse(argv: list[str]) -> tuple[TrainOptions, list[str]]:
     if options.from_scratch and not options.model:
         raise UserError("--from-scratch needs --model (whose config is used); or use --model-type")
     if options.dataset:
-        from zerokit.data import resolve_source
+        from zerokit.data import check_text_files, resolve_source
 
-        resolve_source(options.dataset)  # raises for a missing path
+        check_text_files(resolve_source(options.dataset))  # a missing, empty or binary file fails now
     return options, hf_argv
 
 
@@ -224,7 +258,12 @@ def check_fine_tuning(options: TrainOptions) -> None:
 def check_hub_inputs(options: TrainOptions) -> None:
     """Offline (the default): Hub names must be in the cache; fail now, in one line, naming `prepare`."""
     from zerokit import offline
+    from zerokit.model_source import is_path, require_model_folder, require_tokenizer_folder
 
+    if options.model and is_path(options.model):
+        require_model_folder("--model", options.model)
+    if options.tokenizer and is_path(options.tokenizer):
+        require_tokenizer_folder("--tokenizer", options.tokenizer)
     if options.online:
         return
     offline.go_offline(os.environ)
@@ -244,7 +283,7 @@ def check_hub_inputs(options: TrainOptions) -> None:
 def main(argv: list[str]) -> int:
     options, hf_argv = parse(argv)
     # Every rank checks before the rendezvous; nothing is written to the output folder before it.
-    check_output_dir(options.output_dir, options.overwrite or options.resume is not None)
+    check_output_dir(options.output_dir, options.overwrite, options.resume)
     check_hub_inputs(options)
     if options.nproc_per_node > 1:
         from zerokit.launch.cli import main as launch_main
@@ -276,11 +315,13 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
     from transformers import HfArgumentParser, TrainingArguments, default_data_collator, set_seed
     from transformers.trainer_utils import enable_full_determinism
 
-    from zerokit.checkpoints import AtomicCheckpointTrainer, needs_universal_load, resolve_resume
-    from zerokit.preemption import REQUEUE_EXIT_CODE, PreemptionCallback
+    from zerokit.checkpoints import needs_universal_load, resolve_resume
+    from zerokit.preemption import PreemptionCallback
+    from zerokit.trainer import FiniteLossGuard, ZerokitTrainer
 
     preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
-    resume = resolve_resume(options.resume, options.output_dir)
+    skipped: list[str] = []
+    resume = resolve_resume(options.resume, options.output_dir, skipped)
     universal = bool(resume) and needs_universal_load(resume, int(os.environ["WORLD_SIZE"]))
 
     on_gpu = torch.cuda.is_available()
@@ -303,6 +344,7 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
     if options.streaming and args.max_steps <= 0:
         raise UserError("--streaming has no length to plan epochs from: pass --max_steps N")
     join_process_group(args, deepspeed=options.ds_config is not None)
+    record = claim_output_dir(options, resume, args.process_index)
     if args.full_determinism:
         enable_full_determinism(args.seed)
     else:
@@ -310,6 +352,7 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
 
     tokenizer = load_tokenizer(options)
     model = fine_tuning(options, load_model(options, tokenizer), args)
+    check_free_space(options.output_dir, model, saves_checkpoints=args.save_strategy != "no")
     datasets = load_datasets(options, tokenizer, model, args)
     callbacks = [preemption]
     if options.timings_dir:
@@ -317,7 +360,8 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
 
         callbacks.append(StepClock(options.timings_dir, tokens_per_sample=block_length(datasets["train"])))
 
-    trainer = AtomicCheckpointTrainer(
+    trainer = ZerokitTrainer(
+        loss_guard=FiniteLossGuard(),
         model=model,
         args=args,
         train_dataset=datasets["train"],
@@ -327,7 +371,22 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
         callbacks=callbacks,
     )
     if args.process_index == 0:
+        for note in skipped:
+            print(f"zerokit: {note}", file=sys.stderr, flush=True)
         print(_resume_message(options, resume, universal), flush=True)
+    try:
+        return train_and_save(options, trainer, resume, preemption, datasets, record, on_gpu)
+    except RunFailure:
+        _shutdown_distributed(barrier=False)  # every rank got here, or the launcher stops the rest
+        raise
+
+
+def train_and_save(options: TrainOptions, trainer, resume, preemption, datasets, record, on_gpu: bool) -> int:
+    import torch
+
+    from zerokit.preemption import REQUEUE_EXIT_CODE
+
+    args = trainer.args
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if preemption.preempted:  # the checkpoint is written; the job script requeues on this code
         _shutdown_distributed()
@@ -348,8 +407,48 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
 
         unset_hf_deepspeed_config()  # the base is loaded whole, not partitioned by ZeRO-3
         merge_adapter(options.model, str(options.output_dir), str(options.output_dir / "merged"))
+    if record is not None:
+        from zerokit import outputs
+
+        outputs.finish(options.output_dir, record)
     _shutdown_distributed()
     return 0
+
+
+def claim_output_dir(options: TrainOptions, resume: Path | None, rank: int):
+    """Rank 0 records the run in its output folder (zerokit.outputs), after every rank has checked it.
+
+    --overwrite without --resume first removes what an earlier run wrote there (its model, its
+    checkpoints), so neither rotation nor a later `--resume auto` mistakes them for this run's.
+    Returns the record on rank 0, None on the others.
+    """
+    import torch.distributed as dist
+
+    from zerokit import outputs
+
+    record = None
+    if rank == 0:
+        record = outputs.begin(options.output_dir, "train", replace=options.overwrite and resume is None)
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    return record
+
+
+def check_free_space(output_dir: Path, model, saves_checkpoints: bool) -> None:
+    """Fail before training when the output folder's disk cannot hold the model (and a checkpoint)."""
+    import shutil
+
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    # fp32 weights; a checkpoint adds fp32 weights and Adam's two moments of what is trained.
+    needed = 4 * total + (4 * total + 8 * trainable if saves_checkpoints else 0)
+    free = shutil.disk_usage(output_dir).free
+    if free < needed:
+        raise UserError(
+            f"--output-dir {output_dir} has {free / 2**20:.0f} MiB free, and the model"
+            + (" and one checkpoint need" if saves_checkpoints else " needs")
+            + f" about {needed / 2**20:.0f} MiB: free space there or pick another --output-dir"
+        )
 
 
 def evaluate(trainer) -> None:
@@ -471,7 +570,12 @@ def load_datasets(options: TrainOptions, tokenizer, model, args):
         return load_prepared(options, tokenizer, model, args.process_index)
     block_size = pick_block_size(options, tokenizer, model)
     with args.main_process_first(desc="dataset"):
-        return tokenize_datasets(options, tokenizer, block_size, args.seed)
+        blocks = tokenize_datasets(options, tokenizer, block_size, args.seed)
+    if not options.streaming:
+        from zerokit.data import check_blocks
+
+        check_blocks(blocks, options.dataset or "embedded", block_size)
+    return blocks
 
 
 def load_prepared(options: TrainOptions, tokenizer, model, rank: int):
@@ -523,10 +627,11 @@ def embedded_cache_dir() -> Path:
     return Path(os.environ.get("ZEROKIT_CACHE", Path.home() / ".cache" / "zerokit")) / "embedded"
 
 
-def _shutdown_distributed() -> None:
+def _shutdown_distributed(barrier: bool = True) -> None:
     """Leave the process group cleanly; gloo aborts at exit under MPI otherwise."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+        if barrier:
+            dist.barrier()
         dist.destroy_process_group()

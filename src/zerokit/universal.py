@@ -15,13 +15,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from zerokit.checkpoints import is_universal, resolve_resume
+from zerokit.checkpoints import damage, is_universal
 from zerokit.errors import UserError
 
 
 def convert(checkpoint: Path) -> Path:
     """Convert checkpoint (a `checkpoint-N` folder) in place; returns the universal folder."""
-    resolve_resume(str(checkpoint), checkpoint.parent)  # a complete checkpoint, or one line why not
+    if not (checkpoint / "trainer_state.json").is_file():
+        what = "no such folder" if not checkpoint.exists() else "not a complete checkpoint (no trainer_state.json)"
+        raise UserError(f"{checkpoint}: {what}: give a checkpoint-N folder that train wrote (e.g. runs/x/checkpoint-9)")
+    if why := damage(checkpoint):
+        raise UserError(f"{checkpoint} is damaged ({why}): convert an earlier checkpoint-N")
     latest = checkpoint / "latest"
     if not latest.is_file():
         raise UserError(f"{checkpoint} has no DeepSpeed state (no `latest` file): it was not written under ZeRO")

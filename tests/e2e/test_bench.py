@@ -15,7 +15,10 @@ from tests.conftest import run_zerokit
 
 def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_env):
     out = tmp_path / "bench"
-    argv = ["bench", "--output", str(out), "--ranks", "1,2", "--steps", "12", "--warmup-steps", "2"]
+    notes = out / "notes.txt"  # the user's file in the report folder: --overwrite must keep it
+    notes.parent.mkdir()
+    notes.write_text("mine")
+    argv = ["bench", "--output", str(out), "--overwrite", "--ranks", "1,2", "--steps", "12", "--warmup-steps", "2"]
     result = run_zerokit([*argv, "--eval-steps", "6", "--repeats", "1", "--skip", "startup"], zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "3/4" in result.stderr  # the progress bar, one tick per run
@@ -39,3 +42,4 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
     assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The plain script trained too: its own output, not zerokit's.
     assert (out / "runs" / "overhead-plain-1" / "output" / "model.safetensors").is_file()
+    assert notes.read_text() == "mine"

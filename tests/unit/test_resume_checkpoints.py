@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_zerokit
-from zerokit.checkpoints import needs_universal_load, newest_complete_checkpoint, publish, resolve_resume
+from zerokit.checkpoints import (
+    SIZES_NAME,
+    damage,
+    needs_universal_load,
+    newest_complete_checkpoint,
+    publish,
+    resolve_resume,
+    rotate,
+)
 from zerokit.errors import UserError
+from zerokit.outputs import begin
+
+
+def torch_file(path: Path) -> Path:
+    """A stand-in for a torch.save file: a zip archive, as torch writes (no tensor needed here)."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", b"state")
+    return path
 
 
 def checkpoint(folder: Path, name: str, ranks: int = 2, complete: bool = True) -> Path:
     path = folder / name
     path.mkdir(parents=True)
     for rank in range(ranks):
-        (path / f"rng_state_{rank}.pth").write_text("")
+        torch_file(path / f"rng_state_{rank}.pth")
     if complete:
         (path / "trainer_state.json").write_text("{}")
     return path
@@ -55,14 +72,69 @@ def test_publish_replaces_an_older_checkpoint_of_the_same_step(tmp_path: Path):
     old = checkpoint(tmp_path, "checkpoint-5")
     written = checkpoint(tmp_path / "tmp-checkpoint-5", "checkpoint-5", ranks=1)
     publish(written, old)
-    assert sorted(p.name for p in old.iterdir()) == ["rng_state_0.pth", "trainer_state.json"]
+    assert sorted(p.name for p in old.iterdir()) == sorted(["rng_state_0.pth", SIZES_NAME, "trainer_state.json"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-5", "tmp-checkpoint-5"]
 
 
 def test_universal_refuses_what_is_not_a_zero_checkpoint(tmp_path: Path, zk_env):
     result = run_zerokit(["universal", str(tmp_path / "checkpoint-9")], zk_env)
-    assert result.returncode == 2 and "not a complete checkpoint" in result.stderr
+    assert result.returncode == 2 and "no such folder: give a checkpoint-N folder" in result.stderr
+    assert "--resume" not in result.stderr
     plain = checkpoint(tmp_path, "checkpoint-5", ranks=2)  # trainer state, no DeepSpeed `latest`
     result = run_zerokit(["universal", str(plain)], zk_env)
     assert result.returncode == 2 and "no DeepSpeed state" in result.stderr
     assert sorted(p.name for p in plain.iterdir()) == ["rng_state_0.pth", "rng_state_1.pth", "trainer_state.json"]
+
+
+def test_resume_auto_skips_a_damaged_newest_checkpoint_and_says_so(tmp_path: Path):
+    older = checkpoint(tmp_path, "checkpoint-5")
+    newest = checkpoint(tmp_path, "checkpoint-10")
+    publish_sizes = newest / "global_step10" / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    publish_sizes.parent.mkdir()
+    torch_file(publish_sizes)
+    assert damage(newest) is None
+    publish_sizes.write_bytes(publish_sizes.read_bytes()[:20])  # truncated: a copy cut short
+    notes: list[str] = []
+    assert resolve_resume("auto", tmp_path, notes) == older
+    assert len(notes) == 1 and str(publish_sizes) in notes[0] and "truncated" in notes[0]
+    with pytest.raises(UserError, match=r"damaged .*optim_states.pt.*--resume auto"):
+        resolve_resume(str(newest), tmp_path)
+
+
+def test_recorded_sizes_catch_a_missing_or_shortened_file(tmp_path: Path):
+    written = checkpoint(tmp_path / "tmp-checkpoint-5", "checkpoint-5", ranks=1)
+    (written / "latest").write_text("global_step5")
+    final = tmp_path / "checkpoint-5"
+    publish(written, final)
+    assert damage(final) is None
+    (final / "latest").write_text("global_step")  # a plain file: only its recorded size tells
+    assert "latest has 11 bytes, 12 were written" in damage(final)
+    (final / "latest").unlink()
+    assert "latest is missing" in damage(final)
+
+
+def test_truncated_safetensors_is_damaged(tmp_path: Path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    path = checkpoint(tmp_path, "checkpoint-3") / "model.safetensors"
+    save_file({"w": np.zeros((64, 64), dtype=np.float32)}, str(path))
+    assert damage(path.parent) is None
+    path.write_bytes(path.read_bytes()[:-100])
+    assert "model.safetensors is truncated" in damage(path.parent)
+
+
+def test_an_earlier_runs_checkpoints_are_neither_resumed_nor_rotated(tmp_path: Path):
+    earlier = checkpoint(tmp_path, "checkpoint-200")  # copied in, or left by a run without a record
+    begin(tmp_path, "train", replace=False)  # this run's record: checkpoint-200 is foreign
+    ours = [checkpoint(tmp_path, f"checkpoint-{step}") for step in (1, 2, 3)]
+    assert resolve_resume("auto", tmp_path) == ours[-1]
+    rotate(tmp_path, 1)
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-200", "checkpoint-3"]
+    assert earlier.is_dir()
+
+
+def test_rotation_keeps_the_best_checkpoint_as_the_trainer_does(tmp_path: Path):
+    found = [checkpoint(tmp_path, f"checkpoint-{step}") for step in (1, 2, 3, 4)]
+    rotate(tmp_path, 1, best=found[1])
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]

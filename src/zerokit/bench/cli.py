@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 
+from zerokit import outputs
 from zerokit.bench.plan import SKIPPABLE, BenchConfig, PlainInputs, plan_runs
 from zerokit.errors import UserError
 from zerokit.paths import PLAIN_SCRIPT
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("--output", type=Path, default=Path("runs/bench"), help="report folder (default: runs/bench)")
-    add("--overwrite", action="store_true", help="replace an existing report folder")
+    add("--overwrite", action="store_true", help="replace an earlier report in --output (other files there are kept)")
     add("--ranks", type=int_list, default=(1, 2), help="ranks per node, comma-separated (default: 1,2)")
     add("--nodes", type=int_list, default=(1,), help="node counts, comma-separated; above 1 needs --hostfile")
     add("--hostfile", help="hosts for multi-node runs, one per line; started over --launcher")
@@ -57,8 +57,9 @@ def parse(argv: list[str]) -> BenchConfig:
     cut = argv.index("--") if "--" in argv else len(argv)
     own, train_args = argv[:cut], argv[cut + 1 :]
     args = build_parser().parse_args(own)
-    if args.output.exists() and not args.overwrite:
-        raise UserError(f"{args.output} exists: pass --overwrite to replace it, or --output DIR")
+    outputs.check_writable(args.output, "--output")
+    if outputs.entries(args.output) and not args.overwrite:
+        raise UserError(f"{args.output} exists: pass --overwrite to replace an earlier report there, or --output DIR")
     if args.steps <= args.warmup_steps + 1:
         raise UserError(f"--steps {args.steps} leaves nothing to time after {args.warmup_steps} warm-up steps")
     hosts: tuple[str, ...] = ()
@@ -133,9 +134,7 @@ def main(argv: list[str]) -> int:
     from zerokit.bench.runner import execute
 
     cfg = parse(argv)
-    if cfg.output.exists():
-        shutil.rmtree(cfg.output)
-    cfg.output.mkdir(parents=True)
+    record = outputs.begin(cfg.output, "bench", replace=True)  # an earlier report goes, other files stay
     runs = plan_runs(cfg, plain_inputs(cfg))
     results = []
     with tqdm(runs, unit="run", desc="bench", file=sys.stderr) as bar:
@@ -143,6 +142,7 @@ def main(argv: list[str]) -> int:
             bar.set_postfix_str(run.name)
             results.append(execute(run, cfg.warmup_steps, cfg.hosts))
     write_all(cfg, results)
+    outputs.finish(cfg.output, record)
     for name in ("report.md", "scaling.png", "results.json"):
         print(f"bench: wrote {cfg.output / name}")
     return 0

@@ -45,7 +45,7 @@ def tokenize_parser() -> argparse.ArgumentParser:
     add("--num-proc", type=int, default=min(8, os.cpu_count() or 1), help="tokenizing processes")
     add("--validation-split-percentage", type=int, default=5, help="eval split taken from train when none exists")
     add("--seed", type=int, default=42, help="seed of that split (train uses the same default)")
-    add("--overwrite", action="store_true", help="replace an existing output folder")
+    add("--overwrite", action="store_true", help="replace an output folder that prepare wrote before")
     return parser
 
 
@@ -70,7 +70,12 @@ def tokenize_main(argv: list[str]) -> int:
         raise UserError(f"--block-size must be positive, got {args.block_size}")
     if args.num_proc < 1:
         raise UserError(f"--num-proc must be at least 1, got {args.num_proc}")
-    from zerokit.prepare.pack import tokenize_to_disk
+    from zerokit.model_source import is_path, require_tokenizer_folder
+    from zerokit.prepare.pack import check_output, tokenize_to_disk
+
+    if is_path(args.tokenizer):
+        require_tokenizer_folder("--tokenizer", args.tokenizer)
+    check_output(args.output, args.overwrite)  # before any process starts
 
     info = tokenize_to_disk(
         args.source,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from zerokit.data import PREPARED_NAME, load_raw, resolve_source, tokenize_and_group
 from zerokit.errors import UserError
+from zerokit.outputs import check_writable
 
 FORMAT_VERSION = 1
 
@@ -56,8 +57,7 @@ def tokenize_to_disk(
     overwrite: bool = False,
 ) -> dict:
     """Tokenize SOURCE into OUTPUT (written beside it, then renamed); return the recorded metadata."""
-    if output.exists() and not overwrite:
-        raise UserError(f"output {output} exists: pick another --output, or pass --overwrite to replace it")
+    check_output(output, overwrite)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
@@ -85,6 +85,23 @@ def tokenize_to_disk(
         shutil.rmtree(output)
     os.replace(partial, output)
     return info
+
+
+def check_output(output: Path, overwrite: bool) -> None:
+    """The output folder is replaced whole, so it must be one that prepare wrote (or empty):
+    `--overwrite` never deletes a folder holding anything else (the corpus itself, say)."""
+    check_writable(output, "--output")
+    if output.exists() and not output.is_dir():
+        raise UserError(f"output {output} is a file: pick another --output folder")
+    if not output.is_dir() or not any(output.iterdir()):
+        return
+    if read_prepared(output) is None:
+        raise UserError(
+            f"output {output} holds files that prepare did not write (no {PREPARED_NAME}), and the output "
+            "folder is replaced whole: pick another --output (a new or empty folder)"
+        )
+    if not overwrite:
+        raise UserError(f"output {output} exists: pick another --output, or pass --overwrite to replace it")
 
 
 def read_prepared(folder: Path) -> dict | None:

@@ -1,0 +1,124 @@
+"""Bad input to every command: one line naming the fix, exit 2, nothing written, and for what can be
+checked without torch, torch never imported (a stand-in `torch` that fails on import proves it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_zerokit
+
+
+@pytest.fixture
+def no_torch_env(zk_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """zk_env where `import torch` fails loudly: an error seen instead means torch was not needed."""
+    fake = tmp_path / "no-torch" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('TORCH WAS IMPORTED')\n")
+    return {**zk_env, "PYTHONPATH": f"{fake.parent}{os.pathsep}{zk_env['PYTHONPATH']}"}
+
+
+def one_line_error(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
+    assert "TORCH WAS IMPORTED" not in result.stderr
+    return lines[0]
+
+
+def train(out: Path, *args: str) -> list[str]:
+    return ["train", "--output-dir", str(out), *args]
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--lerning_rate", "1e-4"], "unknown flag --lerning_rate: did you mean --learning_rate?"),
+        (["--learning_rat", "1e-4"], "unknown flag --learning_rat: did you mean --learning_rate?"),
+        (["--max_steps", "-5"], "--max_steps -5: must be at least 1"),
+        (["--block-size", "0"], "--block-size must be at least 1"),
+        (["--model", "/no/such/dir"], "--model /no/such/dir: no such folder"),
+        (["--tokenizer", "./missing-tokenizer"], "--tokenizer ./missing-tokenizer: no such folder"),
+    ],
+)
+def test_train_refuses_bad_flags_before_torch(tmp_path: Path, no_torch_env, flags: list[str], says: str):
+    line = one_line_error(run_zerokit(train(tmp_path / "out", *flags), no_torch_env))
+    assert says in line
+    assert "prepare" not in line  # a path is never sent to the Hub
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_refuses_empty_and_binary_datasets_before_torch(tmp_path: Path, no_torch_env):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert "is empty" in one_line_error(run_zerokit(train(tmp_path / "o1", "--dataset", str(empty)), no_torch_env))
+    binary = tmp_path / "weights.txt"
+    binary.write_bytes(bytes(range(256)) * 64)
+    line = one_line_error(run_zerokit(train(tmp_path / "o2", "--dataset", str(binary)), no_torch_env))
+    assert "not UTF-8 text" in line or "binary" in line
+
+
+def test_train_model_folder_without_config(tmp_path: Path, no_torch_env):
+    folder = tmp_path / "not-a-model"
+    folder.mkdir()
+    (folder / "readme.md").write_text("x")
+    line = one_line_error(run_zerokit(train(tmp_path / "out", "--model", str(folder)), no_torch_env))
+    assert "holds no config.json (it has readme.md)" in line
+
+
+def test_generate_from_an_empty_folder_names_what_is_missing(tmp_path: Path, no_torch_env):
+    line = one_line_error(run_zerokit(["generate", str(tmp_path), "--prompt", "x"], no_torch_env))
+    assert "holds no config.json" in line and "sentencepiece" not in line
+
+
+def test_universal_on_a_missing_folder_does_not_talk_about_resume(tmp_path: Path, no_torch_env):
+    line = one_line_error(run_zerokit(["universal", str(tmp_path / "nope")], no_torch_env))
+    assert "no such folder" in line and "--resume" not in line
+
+
+def test_prepare_with_a_missing_tokenizer_is_one_line(tmp_path: Path, no_torch_env):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("some text\n" * 10)
+    argv = ["prepare", "tokenize", str(corpus), "--tokenizer", "/missing", "--output", str(tmp_path / "blocks")]
+    assert "--tokenizer /missing: no such folder" in one_line_error(run_zerokit(argv, no_torch_env))
+
+
+def test_prepare_overwrite_never_deletes_a_folder_it_did_not_write(tmp_path: Path, zk_env):
+    """Case 2 of issue 13: the corpus lives in the output folder; --overwrite must not delete it."""
+    from zerokit.embedded import prepare_embedded
+
+    _, tokenizer = prepare_embedded(tmp_path / "embedded")
+    folder = tmp_path / "corpusdir"
+    folder.mkdir()
+    corpus = folder / "corpus.txt"
+    corpus.write_text("the cat sat on the mat\n" * 200)
+    argv = ["prepare", "tokenize", str(corpus), "--tokenizer", str(tokenizer), "--block-size", "32"]
+    line = one_line_error(run_zerokit([*argv, "--output", str(folder), "--overwrite"], zk_env))
+    assert "holds files that prepare did not write" in line
+    assert corpus.read_text().startswith("the cat")
+    # Into a folder of its own, and again with --overwrite: replaced, as asked.
+    blocks = tmp_path / "blocks"
+    for extra in ([], ["--overwrite"]):
+        result = run_zerokit([*argv, "--output", str(blocks), "--num-proc", "1", *extra], zk_env)
+        assert result.returncode == 0, result.stderr[-2000:]
+    assert (blocks / "zerokit-prepared.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("just a few words\n", "1 rows, too few to hold out 5% for validation"),
+        ("a\n" * 30, "fewer tokens than one block"),
+    ],
+)
+def test_train_refuses_a_corpus_too_small_to_train_on(tmp_path: Path, zk_env, text: str, says: str):
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text(text)
+    result = run_zerokit(train(tmp_path / "out", "--dataset", str(tiny), "--model-type", "gpt2",
+                               "--config-overrides", "n_layer=1,n_embd=32,n_head=2", "--block-size", "64",
+                               "--config", "none"), zk_env)  # fmt: skip
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert says in lines[0] and "Traceback" not in result.stderr

@@ -1,0 +1,158 @@
+"""Faults during and around a real `train` (DeepSpeed ZeRO-2, one CPU rank, the embedded job):
+each run ends non-zero within a bound with one line naming the cause, and no file that is not
+the run's own is lost. Mounts (read-only, a full tmpfs) need root: skipped otherwise, saying so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_zerokit
+from zerokit.checkpoints import newest_complete_checkpoint
+from zerokit.outputs import RECORD_NAME
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a read-only bind or a tmpfs: needs root")
+QUICK = ["--config", "zero2", "--max_steps", "4", "--logging_steps", "1", "--per_device_train_batch_size", "8"]
+SAVING = ["--save_strategy", "steps", "--save_steps", "2"]
+
+
+def make_env(root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env.update(
+        PYTHONPATH=str(REPO / "src"), ZEROKIT_CACHE=str(root / "zerokit-cache"), HF_HOME=str(root / "hf-home"),
+        TORCH_EXTENSIONS_DIR=str(root / "torch-extensions"), HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore",
+    )  # fmt: skip
+    return env
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    return make_env(tmp_path_factory.mktemp("env"))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, env) -> Path:
+    """A finished 4-step run with checkpoint-2 and checkpoint-4, copied by the tests that change it."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    result = run_zerokit(["train", "--output-dir", str(out), *QUICK, *SAVING], env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def copy_of(run: Path, where: Path) -> Path:
+    shutil.copytree(run, where, symlinks=True)
+    return where
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error: ")]
+
+
+def test_resume_auto_never_replaces_a_finished_model(finished_run: Path, tmp_path: Path, env):
+    """Case 1: a finished run without checkpoints, `--resume auto` must not retrain over it."""
+    run = copy_of(finished_run, tmp_path / "d")
+    for checkpoint in run.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint)
+    before = {p.name: digest(p) for p in run.iterdir() if p.is_file()}
+    for legacy in (False, True):  # with zerokit's record, and a folder from before it (no record)
+        if legacy:
+            (run / RECORD_NAME).unlink()
+            before.pop(RECORD_NAME)
+        result = run_zerokit(["train", "--output-dir", str(run), *QUICK, "--max_steps", "2", "--resume", "auto"], env)
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert len(error_lines(result.stderr)) == 1 and "holds a finished run" in result.stderr
+        assert {p.name: digest(p) for p in run.iterdir() if p.is_file()} == before
+
+
+def test_overwrite_replaces_the_earlier_run_but_keeps_user_files(finished_run: Path, tmp_path: Path, env):
+    """Case 3: the earlier run's checkpoint-4 is removed, so rotation keeps this run's checkpoint."""
+    run = copy_of(finished_run, tmp_path / "rot")
+    (run / "notes.txt").write_text("mine")
+    argv = ["train", "--output-dir", str(run), *QUICK, "--max_steps", "1", "--save_strategy", "steps"]
+    result = run_zerokit([*argv, "--save_steps", "1", "--save_total_limit", "1", "--overwrite"], env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-1"]
+    assert newest_complete_checkpoint(run) == run / "checkpoint-1"
+    assert (run / "notes.txt").read_text() == "mine"
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 1
+
+
+def test_resume_auto_falls_back_from_a_damaged_checkpoint(finished_run: Path, tmp_path: Path, env):
+    """Case 9: a truncated optimizer shard in the newest checkpoint: resume from the one before, saying so."""
+    run = copy_of(finished_run, tmp_path / "c")
+    shard = next((run / "checkpoint-4").rglob("*optim_states.pt"))
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    result = run_zerokit(["train", "--output-dir", str(run), *QUICK, "--max_steps", "6", "--resume", "auto"], env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"checkpoint {run / 'checkpoint-4'} is damaged ({shard} is truncated" in result.stderr
+    assert f"zerokit: resuming from {run / 'checkpoint-2'}" in result.stdout
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 6
+
+
+def test_a_diverged_run_stops_before_saving_and_exits_non_zero(tmp_path: Path, env):
+    """Case 5: NaN losses end the run with one line; the diverged weights are never written."""
+    run = tmp_path / "diverged"
+    argv = ["train", "--output-dir", str(run), *QUICK, "--max_steps", "30", "--learning_rate", "1e6"]
+    result = run_zerokit([*argv, "--warmup_steps", "0", "--save_strategy", "steps", "--save_steps", "1"], env)
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = error_lines(result.stderr)
+    assert len(lines) == 1 and "training diverged: the loss became NaN or inf" in lines[0], result.stderr[-3000:]
+    assert "--learning_rate" in lines[0] and "Traceback" not in result.stderr
+    assert not (run / "model.safetensors").exists()
+    for checkpoint in run.glob("checkpoint-*"):  # whatever was saved was saved before the loss went bad
+        losses = [e["loss"] for e in json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]]
+        assert all(loss == loss and abs(loss) != float("inf") for loss in losses)
+
+
+@needs_root
+def test_a_read_only_output_is_refused_before_any_rank_starts(tmp_path: Path, env):
+    """Case 4: found at once, not after the training."""
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    subprocess.run(["mount", "--bind", str(parent), str(parent)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(parent)], check=True)
+        started = time.monotonic()
+        result = run_zerokit(["train", "--output-dir", str(parent / "run"), *QUICK], env)
+        elapsed = time.monotonic() - started
+    finally:
+        subprocess.run(["umount", str(parent)], check=True)
+    assert result.returncode == 2 and len(error_lines(result.stderr)) == 1, result.stderr[-2000:]
+    assert "not writable (a read-only file system)" in result.stderr
+    assert elapsed < 60  # before torch, DeepSpeed and the model: a bound, not a benchmark
+
+
+@needs_root
+def test_a_full_disk_while_checkpointing_is_named_and_the_last_checkpoint_survives(tmp_path: Path, env):
+    """Case 8: a tmpfs that holds the first checkpoint but not the second."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    probe = run_zerokit(["train", "--output-dir", str(tmp_path / "probe"), *QUICK, "--max_steps", "2", *SAVING], env)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    one_checkpoint = sum(p.stat().st_size for p in (tmp_path / "probe" / "checkpoint-2").rglob("*") if p.is_file())
+    size_kib = int(one_checkpoint * 1.6) // 1024
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(disk)], check=True)
+    try:
+        (disk / "keep.txt").write_text("mine")
+        result = run_zerokit(["train", "--output-dir", str(disk / "run"), *QUICK, *SAVING], env)
+        survivors = sorted(p.name for p in (disk / "run").glob("checkpoint-*"))
+        kept = (disk / "keep.txt").read_text()
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = error_lines(result.stderr)
+    assert len(lines) == 1 and "no space left on the file system" in lines[0], result.stderr[-3000:]
+    assert "checkpoint-2, is intact" in lines[0] and "Traceback" not in result.stderr
+    assert survivors == ["checkpoint-2"] and kept == "mine"
