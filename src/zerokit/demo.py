@@ -15,7 +15,7 @@ from zerokit.corpus import SAMPLE_PROMPTS
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="demo", description=__doc__)
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="demo", description=__doc__)
     parser.add_argument("--output", type=Path, default=Path("runs/demo"))
     parser.add_argument("--nproc-per-node", type=int, default=2)
     parser.add_argument("--config", default="zero3")

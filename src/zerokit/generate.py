@@ -19,7 +19,7 @@ ADAPTER_CONFIG = "adapter_config.json"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="generate", description=__doc__)
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="generate", description=__doc__)
     add = parser.add_argument
     add("model", help="a folder written by train (a model, or a LoRA adapter), or a Hub id")
     add("--base", help="base model of a LoRA adapter folder (default: the one recorded in adapter_config.json)")

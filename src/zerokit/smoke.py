@@ -282,7 +282,9 @@ def smoke(device: str, output: Path, stack: str = DEFAULT_STACK, environ: Mappin
 
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="smoke", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="smoke", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("--device", choices=tuple(DEVICES), default="gpu", help="gpu (default) or cpu (2 ranks)")
     parser.add_argument("--output", type=Path, default=Path("runs/smoke"), help="report, logs and models go here")
     parser.add_argument(

@@ -163,7 +163,7 @@ def load_stack(name_or_path: str) -> Stack:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m zerokit.stack STACK FIELD`: print one derived value for the Makefile and Dockerfile."""
-    parser = argparse.ArgumentParser(prog="python -m zerokit.stack", description=main.__doc__)
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m zerokit.stack", description=main.__doc__)
     parser.add_argument("stack")
     fields = ["requirements", "ds-build-env", "ds-wheel-inputs", "lock-file", "version", "get", "labels"]
     parser.add_argument("field", choices=fields)

@@ -325,7 +325,7 @@ def run(options: TrainOptions, hf_argv: list[str]) -> int:
     universal = bool(resume) and needs_universal_load(resume, int(os.environ["WORLD_SIZE"]))
 
     on_gpu = torch.cuda.is_available()
-    parser = HfArgumentParser(TrainingArguments)
+    parser = HfArgumentParser(TrainingArguments, allow_abbrev=False)
     parser.set_defaults(**TRAINING_DEFAULTS)
     if options.embedded:
         parser.set_defaults(**EMBEDDED_TRAINING_DEFAULTS)

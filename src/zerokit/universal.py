@@ -46,7 +46,7 @@ def convert(checkpoint: Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="zerokit universal", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="zerokit universal", description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", type=Path, help="a checkpoint-N folder (e.g. runs/long/checkpoint-500)")
     args = parser.parse_args(argv)
     target = convert(args.checkpoint)

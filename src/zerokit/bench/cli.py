@@ -25,6 +25,7 @@ def int_list(text: str) -> tuple[int, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="bench",
         description="Time train over rank and node counts, against JIT-compiled ops and against a plain HF "
         "Trainer script; writes report.md, scaling.png and results.json. Flags after -- go to both scripts "

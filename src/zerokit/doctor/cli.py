@@ -29,6 +29,7 @@ class Options:
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="doctor",
         description="Preflight checks of this environment against its stack: each row is ok, warn, fail or "
         "skip, with the fix. Exits 0 unless --strict.",

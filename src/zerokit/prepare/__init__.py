@@ -19,6 +19,7 @@ from zerokit.errors import UserError
 
 def stage_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="prepare",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -34,7 +35,9 @@ def stage_parser() -> argparse.ArgumentParser:
 
 
 def tokenize_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="prepare tokenize", description="Tokenize once into fixed-length blocks.")
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="prepare tokenize", description="Tokenize once into fixed-length blocks."
+    )
     add = parser.add_argument
     add("source", help="a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder or a Hub name")
     add("--tokenizer", required=True, help="tokenizer Hub id or folder (the one train will use)")
