@@ -127,7 +127,8 @@ sif:  ## turn image TAG into $(SIF) with Apptainer (or Singularity)
 	@test -n "$(APPTAINER)" || { echo "error: apptainer (or singularity) is not installed: install it \
 	(https://apptainer.org/docs/admin/main/installation.html), or load the image on a machine with apptainer \
 	and docker ($(DOCKER) save $(TAG) | gzip > zerokit-$(STACK).tar.gz; there: docker load) and run make sif there" >&2; exit 2; }
-	$(APPTAINER) build --build-arg IMAGE=$(TAG) --build-arg STACK=$(STACK) $(SIF) apptainer.def
+	$(APPTAINER) build --force --build-arg IMAGE=$(TAG) --build-arg STACK=$(STACK) $(SIF) apptainer.def
+	@echo "make sif: $(SIF), $$(du -m $(SIF) | cut -f1) MiB"
 
 smoke:  ## smoke-test IMAGE on one GPU (SMOKE_DEVICE=cpu: on CPU; RUNTIME=apptainer); report in $(SMOKE_OUT)
 	$(if $(SMOKE_$(RUNTIME)),,$(error RUNTIME=$(RUNTIME): use docker or apptainer))

@@ -7,17 +7,18 @@
 # ---- settings -----------------------------------------------------------------------------
 HOSTFILE=${HOSTFILE:-hosts}                       # one host per line
 RANKS_PER_NODE=${RANKS_PER_NODE:-4}               # = GPUs per host
-CONTAINER=${CONTAINER:-apptainer}                 # apptainer | singularity | none
+CONTAINER=${CONTAINER:-apptainer}                 # apptainer | singularity | docker | none (src/zerokit/runtimes.py)
+ZEROKIT_DIR=${ZEROKIT_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}  # the zerokit checkout (scripts/container.sh)
 IMAGE=${IMAGE:-$PWD/train.sif}
 TRAIN_ARGS=${TRAIN_ARGS:---config zero3 --output-dir runs/mpirun-$(date +%Y%m%d-%H%M%S)}
 IFNAME=${IFNAME:-}                                # NIC for MPI, NCCL and gloo; empty: the one routing to the first host
 # ---------------------------------------------------------------------------------------------
 set -euo pipefail
-case $CONTAINER in
-  apptainer|singularity) run=("$CONTAINER" exec --nv --bind "$PWD" "$IMAGE") ;;
-  none) run=() ;;
-  *) echo "error: CONTAINER=$CONTAINER: use apptainer, singularity or none" >&2; exit 2 ;;
-esac
+run=()                                            # CONTAINER=none: on the host
+if [ "$CONTAINER" != none ]; then
+  source "$ZEROKIT_DIR/scripts/container.sh" || { echo "error: set ZEROKIT_DIR to the zerokit checkout" >&2; exit 2; }
+  container_words "$PWD"
+fi
 # launch writes the mpirun command (hosts, ranks per node, NIC for MPI/NCCL/gloo, main address and
 # port, re-entering the image on every rank); the host's mpirun runs it.
 # shellcheck disable=SC2086

@@ -11,7 +11,8 @@
 
 # ---- settings -----------------------------------------------------------------------------
 RANKS_PER_NODE=${RANKS_PER_NODE:-4}               # = GPUs per node
-CONTAINER=${CONTAINER:-singularity}               # apptainer | singularity | none
+CONTAINER=${CONTAINER:-singularity}               # apptainer | singularity | docker | none (src/zerokit/runtimes.py)
+ZEROKIT_DIR=${ZEROKIT_DIR:-${SGE_O_WORKDIR:-$PWD}}  # the zerokit checkout (scripts/container.sh)
 IMAGE=${IMAGE:-$PWD/train.sif}
 TRAIN_ARGS=${TRAIN_ARGS:---config zero3 --output-dir runs/zerokit-$JOB_ID}
 IFNAME=${IFNAME:-}                                # NIC for MPI, NCCL and gloo; empty: the one routing to the first node
@@ -23,11 +24,11 @@ if [ -n "$MODULES" ] && [ -f /etc/profile.d/modules.sh ]; then
   # shellcheck disable=SC2086
   module load $MODULES
 fi
-case $CONTAINER in
-  apptainer|singularity) run=("$CONTAINER" exec --nv --bind "$PWD" "$IMAGE") ;;
-  none) run=() ;;
-  *) echo "error: CONTAINER=$CONTAINER: use apptainer, singularity or none" >&2; exit 2 ;;
-esac
+run=()                                            # CONTAINER=none: on the host
+if [ "$CONTAINER" != none ]; then
+  source "$ZEROKIT_DIR/scripts/container.sh" || { echo "error: set ZEROKIT_DIR to the zerokit checkout" >&2; exit 2; }
+  container_words "$PWD"
+fi
 # ABCI writes the job's hosts to SGE_JOB_HOSTLIST; other SGE sites give PE_HOSTFILE.
 hostfile=${SGE_JOB_HOSTLIST:-${PE_HOSTFILE:?neither SGE_JOB_HOSTLIST nor PE_HOSTFILE is set: submit with qsub}}
 # shellcheck disable=SC2086

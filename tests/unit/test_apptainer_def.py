@@ -27,8 +27,8 @@ def docker_runtime():
 
 
 def variables(lines: list[str]) -> dict[str, str]:
-    """NAME=value lines with build variables written one way: {{ STACK }} and ${STACK} -> <STACK>."""
-    pairs = dict(line.split("=", 1) for line in lines)
+    """NAME=value lines (not shell code) with build variables written one way: {{ STACK }} and ${STACK} -> <STACK>."""
+    pairs = dict(line.split("=", 1) for line in lines if re.match(r"\w+=", line))
     return {k: re.sub(r"\{\{ *(\w+) *\}\}|\$\{(\w+)\}", lambda m: f"<{m[1] or m[2]}>", v) for k, v in pairs.items()}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from zerokit.doctor.caches import check_caches
+from zerokit.doctor.container import check_container
 from zerokit.doctor.context import Context
 from zerokit.doctor.gpu import check_gpu
 from zerokit.doctor.host import check_cpu_target, check_limits, check_shm
@@ -35,6 +36,7 @@ CHECKS: tuple[Check, ...] = (
     check_hub,
     check_caches,
     check_launchers,
+    check_container,
 )
 
 

@@ -24,6 +24,7 @@ from zerokit.errors import UserError
 from zerokit.launch.config import LaunchConfig
 from zerokit.launch.local import Command, execute_commands
 from zerokit.launch.nic import nic_env
+from zerokit.runtimes import inside
 
 # Variables the remote launches inherit from the head node (pdsh/ssh gives them a bare login
 # environment). Tokens are left out on purpose: they would show on the remote command line.
@@ -271,12 +272,12 @@ def forwarded_env(environ: Mapping[str, str], in_container: bool) -> dict[str, s
 
 
 def container_prefix(environ: Mapping[str, str]) -> list[str]:
-    """How to re-enter this process's Apptainer/Singularity image on another host, [] outside one."""
-    for runtime, variable in (("apptainer", "APPTAINER_CONTAINER"), ("singularity", "SINGULARITY_CONTAINER")):
-        image = environ.get(variable)
-        if image:
-            return [runtime, "exec", "--nv", image]
-    return []
+    """How to re-enter this process's image on another host (zerokit.runtimes), [] outside one."""
+    found = inside(environ)
+    if found is None:
+        return []
+    runtime, image = found
+    return runtime.argv(image, gpu=True)
 
 
 def rank_line(plan: Plan, command: Command, hostname: str) -> str:
