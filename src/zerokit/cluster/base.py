@@ -42,6 +42,14 @@ def whole_number(name: str, value: str, fix: str) -> int:
     return int(value)
 
 
+def tcp_port(name: str, value: str, fix: str) -> int:
+    """`value` of `name` (a variable or flag) as a TCP port, 1-65535; the error ends with `fix`."""
+    port = whole_number(name, value, fix)
+    if not 1 <= port <= 65535:
+        raise UserError(f"{name}={port} is not a TCP port (1-65535): {fix}")
+    return port
+
+
 def unique(hosts: Iterable[str]) -> tuple[str, ...]:
     """Hosts in first-seen order, each once (host files list a host once per slot)."""
     return tuple(dict.fromkeys(hosts))
@@ -67,9 +75,12 @@ def hostfile_hosts(environ: Mapping[str, str], variable: str) -> tuple[str, ...]
     Hydra's ("host:4"); `#` starts a comment.
     """
     path = environ.get(variable, "").strip()
-    if not path:
-        return ()
-    words = (line.split("#", 1)[0].split() for line in read_lines(variable, path))
+    return hostfile_lines_hosts(read_lines(variable, path)) if path else ()
+
+
+def hostfile_lines_hosts(lines: Iterable[str]) -> tuple[str, ...]:
+    """Hosts of a host file's lines: the first word of each, without `:slots`, each host once."""
+    words = (line.split("#", 1)[0].split() for line in lines)
     return unique(first[0].split(":", 1)[0] for first in words if first)
 
 
@@ -117,6 +128,9 @@ class ClusterEnvironment(ABC):
     hosts_from: ClassVar[str]  # why there may be no host list, for messages
     start_fix: ClassVar[str]  # how to start ranks so that the variables are right
     address_fix: ClassVar[str]  # how to hand MASTER_ADDR to every rank
+    # The logical values that, set alone (a rank above 0, a world size above 1), say a process is
+    # one of several ranks even where detect() is false: a launcher half seen (detect.rank_environment).
+    several_ranks_from: ClassVar[tuple[str, ...]] = ("rank", "world_size")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "environ", MappingProxyType(dict(self.environ)))
@@ -179,11 +193,7 @@ class ClusterEnvironment(ABC):
         explicit = self.environ.get("MASTER_PORT", "").strip()
         if not explicit:
             return port_from_job_id(self.job_id)
-        fix = "set it to a free TCP port, or unset it to derive one from the job id"
-        port = whole_number("MASTER_PORT", explicit, fix)
-        if not 1 <= port <= 65535:
-            raise UserError(f"MASTER_PORT={port} is not a TCP port (1-65535): {fix}")
-        return port
+        return tcp_port("MASTER_PORT", explicit, "set it to a free TCP port, or unset it to derive one from the job id")
 
     def torch_env(self) -> dict[str, str]:
         """The variables torch.distributed's env:// initialisation reads, for this process."""

@@ -14,6 +14,7 @@ from zerokit.cluster.pmix import PmixEnvironment
 from zerokit.cluster.sge import SgeEnvironment
 from zerokit.cluster.slurm import SlurmEnvironment
 from zerokit.cluster.torchrun import TorchrunEnvironment
+from zerokit.errors import UserError
 
 # The first match wins, so the launcher nearest to this process comes first: a process inherits
 # the variables of every launcher above it, and only the nearest one describes it.
@@ -38,7 +39,50 @@ ENVIRONMENTS: tuple[type[ClusterEnvironment], ...] = (
     PmixEnvironment,
 )
 
+NAMES: tuple[str, ...] = tuple(env.name for env in ENVIRONMENTS)
+# The least value of a logical variable that says "one of several ranks" (see several_ranks_from).
+SEVERAL_RANKS = {"rank": 1, "world_size": 2}
+# What every rank must be told; a launcher's other variables (node index, job id) are optional.
+RANK_VALUES = ("rank", "local_rank", "world_size", "local_world_size")
+
 
 def detect_environment(environ: Mapping[str, str]) -> ClusterEnvironment | None:
     """The environment `environ` belongs to, or None outside any distributed launcher."""
     return next((env(environ) for env in ENVIRONMENTS if env.detect(environ)), None)
+
+
+def rank_environment(environ: Mapping[str, str]) -> ClusterEnvironment | None:
+    """The environment of a process about to run as a rank (or to start ranks); None: a lone rank.
+
+    Stricter than detect_environment: a process that one launcher's variables mark as one of
+    several ranks (PMI_RANK=1, OMPI_COMM_WORLD_SIZE=2) without the rest of them is refused. Run
+    as a lone rank 0 of 1, it would train alone and write over the other ranks' output.
+    """
+    found = detect_environment(environ)
+    marker = None if found else several_ranks_marker(environ)
+    if marker is not None:
+        env, variable = marker
+        tables = (env.variables.get(logical, ()) for logical in RANK_VALUES)
+        unset = [" or ".join(names) for names in tables if names and not _any_set(environ, names)]
+        missing = f" (unset: {', '.join(unset)})" if unset else ""
+        raise UserError(
+            f"{variable}={environ[variable].strip()} says this process is one of several {env.title} ranks, but "
+            f"the rest of {env.title}'s variables do not{missing}: {env.start_fix}, or unset {variable} to run "
+            "this process alone"
+        )
+    return found
+
+
+def several_ranks_marker(environ: Mapping[str, str]) -> tuple[type[ClusterEnvironment], str] | None:
+    """(environment, variable): the first variable that says this is one of several ranks, if any."""
+    for env in ENVIRONMENTS:
+        for logical in env.several_ranks_from:
+            for variable in env.variables.get(logical, ()):
+                value = environ.get(variable, "").strip()
+                if value.isdigit() and int(value) >= SEVERAL_RANKS[logical]:
+                    return env, variable
+    return None
+
+
+def _any_set(environ: Mapping[str, str], names: tuple[str, ...]) -> bool:
+    return any(environ.get(name, "").strip() for name in names)

@@ -53,6 +53,8 @@ class SlurmEnvironment(ClusterEnvironment):
     hosts_from = f"no {', '.join(NODELISTS)}"
     start_fix = "start the ranks with `srun` and leave the SLURM_* variables to it"
     address_fix = "`srun --export=ALL,MASTER_ADDR=<first host>`"
+    # A batch script has SLURM_NTASKS of the whole job but is task 0 of no step: only a rank says more.
+    several_ranks_from = ("rank",)
 
     @staticmethod
     def detect(environ: Mapping[str, str]) -> bool:

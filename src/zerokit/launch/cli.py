@@ -12,12 +12,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from zerokit.cluster import detect_environment
 from zerokit.launch.config import parse
-from zerokit.launch.environment import free_port
+from zerokit.launch.environment import check_port_free, free_port, launch_environment
 from zerokit.launch.nic import interface_to
 from zerokit.launch.plan import Plan, execute, plan
 from zerokit.launch.preflight import preflight_failures, report, runs_preflight
+from zerokit.launch.program import check_commands
+
+PORT_FIX = "pass a free one with --master-port PORT (or MASTER_PORT), or set neither and launch picks one"
 
 
 def describe(p: Plan) -> str:
@@ -44,7 +46,7 @@ def write_deepspeed_env(p: Plan, folder: Path) -> None:
 
 def main(argv: list[str]) -> int:
     config = parse(argv, os.environ, sys.executable)
-    cluster = detect_environment(os.environ)
+    cluster = launch_environment(os.environ, config.scheduler)
     the_plan = plan(config, cluster, os.environ, os.cpu_count() or 1, interface_to, free_port)
     if config.print_command:
         print(shlex.join(the_plan.commands[0].argv))
@@ -52,6 +54,9 @@ def main(argv: list[str]) -> int:
     if config.dry_run:
         print(json.dumps(the_plan.to_json(), indent=2) if config.as_json else describe(the_plan))
         return 0
+    check_commands(the_plan.commands, os.environ)
+    if the_plan.environment == "local":  # rank 0's rendezvous store listens here
+        check_port_free(the_plan.main_port, PORT_FIX)
     if config.preflight and runs_preflight(the_plan):
         failures = preflight_failures(the_plan, os.environ)
         if failures:
@@ -59,4 +64,4 @@ def main(argv: list[str]) -> int:
             return 1
     if the_plan.mode == "remote" and config.launcher == "pdsh":
         write_deepspeed_env(the_plan, Path(config.workdir))
-    return execute(the_plan)
+    return execute(the_plan, config.stop_grace)

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
+from zerokit.cluster.base import hostfile_lines_hosts, tcp_port, whole_number
+from zerokit.cluster.detect import NAMES as SCHEDULERS
 from zerokit.errors import UserError
+from zerokit.launch.local import DEFAULT_STOP_GRACE
 
-LAUNCHERS = ("auto", "pdsh", "mpirun")
+# Head-node launchers: start every node from here.
+REMOTE_LAUNCHERS = ("pdsh", "mpirun")
+# auto: detect where this process runs; a scheduler's name: require it (never fall back to one lone rank).
+LAUNCHERS = ("auto", *REMOTE_LAUNCHERS, *SCHEDULERS)
 # Commands that run as `python -m zerokit <name>` when named without `--`.
 ZEROKIT_TARGETS = ("train", "generate", "bench", "doctor")
 
@@ -19,7 +25,7 @@ ZEROKIT_TARGETS = ("train", "generate", "bench", "doctor")
 class LaunchConfig:
     target: tuple[str, ...]  # argv each rank runs
     nproc_per_node: int | None  # None: the scheduler started every rank (per-rank mode)
-    launcher: str  # auto: per rank / per node here; pdsh, mpirun: start every node from this one
+    launcher: str  # auto: per rank / per node here; pdsh, mpirun: start every node; slurm, ...: required here
     hosts_from_file: tuple[str, ...]  # --hostfile, for pdsh/mpirun
     hosts: tuple[str, ...]  # --hosts, set by a head-node launch on each node
     node_host: str | None  # --node-host: which of --hosts this node is
@@ -32,6 +38,12 @@ class LaunchConfig:
     as_json: bool
     print_command: bool
     preflight: bool
+    stop_grace: float  # seconds between passing a stop signal on to the ranks and killing them
+
+    @property
+    def scheduler(self) -> str | None:
+        """The scheduler `--launcher` requires this process to be started by, if it names one."""
+        return self.launcher if self.launcher in SCHEDULERS else None
 
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -40,13 +52,13 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="launch",
+        allow_abbrev=False,  # `--nproc 2` is not silently --nproc-per-node
         description="Start ranks of train (or any command after --) under srun, mpirun, PBS, SGE, LSF, or "
         "from a head node over pdsh. Every flag can also be set as ZEROKIT_<FLAG>, e.g. ZEROKIT_NPROC_PER_NODE.",
     )
     add = parser.add_argument
     add(
         "--nproc-per-node",
-        type=int,
         default=env("NPROC_PER_NODE"),
         help="start K ranks on each node (one task per node); default: the scheduler started every rank",
     )
@@ -54,7 +66,8 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "--launcher",
         choices=LAUNCHERS,
         default=env("LAUNCHER", "auto"),
-        help="auto: this process is a rank or a node; pdsh/mpirun: start all nodes from this head node",
+        help="auto: this process is a rank or a node, as detected; pdsh/mpirun: start all nodes from this head "
+        f"node; {'/'.join(SCHEDULERS)}: as auto, but refuse to start unless that scheduler started this process",
     )
     add("--hostfile", default=env("HOSTFILE"), help="hosts for --launcher pdsh/mpirun, one per line (slots ignored)")
     add("--hosts", default=env("HOSTS"), help=argparse.SUPPRESS)  # set by a head-node launch
@@ -64,8 +77,23 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=env("IFNAME"),
         help="network interface for NCCL/gloo (default: the one routing to the main address)",
     )
-    add("--master-addr", default=env("MASTER_ADDR"), help="main address (default: MASTER_ADDR, or the first host)")
-    add("--master-port", type=int, default=env("MASTER_PORT"), help="main port (default: derived from the job id)")
+    add(
+        "--master-addr",
+        default=env("MASTER_ADDR", environ.get("MASTER_ADDR")),
+        help="main address (default: MASTER_ADDR, else the first host, else 127.0.0.1)",
+    )
+    add(
+        "--master-port",
+        default=env("MASTER_PORT", environ.get("MASTER_PORT")),
+        help="main port (default: MASTER_PORT, else derived from the job id, else a free one)",
+    )
+    add(
+        "--stop-grace",
+        metavar="SECONDS",
+        default=env("STOP_GRACE", str(DEFAULT_STOP_GRACE)),
+        help="on SIGTERM/SIGINT, or when a rank fails, the other ranks get SIGTERM and, SECONDS later, SIGKILL "
+        f"(default {DEFAULT_STOP_GRACE:g}: time for train's checkpoint, under Slurm's KillWait of 30)",
+    )
     add("--dry-run", action="store_true", help="print the plan and run nothing")
     add("--json", action="store_true", help="with --dry-run: the plan as JSON")
     add(
@@ -86,11 +114,17 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
 
 def read_hostfile(path: str) -> tuple[str, ...]:
     """Hosts of a hostfile (first word of each line; "host slots=4", "host:4" and # comments allowed)."""
-    from zerokit.cluster.base import hostfile_hosts
-
-    if not Path(path).is_file():
-        raise UserError(f"hostfile not found: {path} (one host per line)")
-    return hostfile_hosts({"HOSTFILE": path}, "HOSTFILE")
+    fix = "one host per line, as `node1`, `node1 slots=4` or `node1:4`"
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) else "not text"
+        raise UserError(f"cannot read hostfile {path} ({reason}): pass a readable file, {fix}") from err
+    hosts = hostfile_lines_hosts(lines)
+    if not hosts:
+        raise UserError(f"hostfile {path} lists no hosts: write {fix}")
+    return hosts
 
 
 def target_argv(command: Sequence[str], python: str) -> tuple[str, ...]:
@@ -104,12 +138,12 @@ def target_argv(command: Sequence[str], python: str) -> tuple[str, ...]:
 
 def parse(argv: Sequence[str], environ: Mapping[str, str], python: str) -> LaunchConfig:
     args = build_parser(environ).parse_args(list(argv))
-    nproc = int(args.nproc_per_node) if args.nproc_per_node is not None else None
-    if nproc is not None and nproc < 1:
-        raise UserError(f"--nproc-per-node must be at least 1, got {nproc}")
-    if args.launcher != "auto" and not args.hostfile:
+    if args.launcher not in LAUNCHERS:  # argparse checks the choices of a flag, not of its variable
+        raise UserError(f"ZEROKIT_LAUNCHER={args.launcher!r} is not a launcher: use one of {', '.join(LAUNCHERS)}")
+    nproc = _count(args.nproc_per_node, "--nproc-per-node (ZEROKIT_NPROC_PER_NODE)")
+    if args.launcher in REMOTE_LAUNCHERS and not args.hostfile:
         raise UserError(f"--launcher {args.launcher} needs --hostfile FILE (one host per line)")
-    if args.print_command and args.launcher == "auto":
+    if args.print_command and args.launcher not in REMOTE_LAUNCHERS:
         raise UserError("--print-command prints a head-node command: add --launcher mpirun (or pdsh) --hostfile FILE")
     if bool(args.hosts) != bool(args.node_host):
         raise UserError("--hosts and --node-host go together (a head-node launch sets both)")
@@ -121,12 +155,39 @@ def parse(argv: Sequence[str], environ: Mapping[str, str], python: str) -> Launc
         hosts=tuple(h for h in (args.hosts or "").split(",") if h),
         node_host=args.node_host,
         ifname=args.ifname,
-        master_addr=args.master_addr,
-        master_port=int(args.master_port) if args.master_port else None,
+        master_addr=(args.master_addr or "").strip() or None,
+        master_port=_port(args.master_port),
         workdir=os.getcwd(),
         python=python,
         dry_run=args.dry_run,
         as_json=args.json,
         print_command=args.print_command,
         preflight=not args.no_preflight,
+        stop_grace=_seconds(args.stop_grace, "--stop-grace (ZEROKIT_STOP_GRACE)"),
     )
+
+
+def _count(value: str | None, name: str) -> int | None:
+    if value is None or not str(value).strip():
+        return None
+    number = whole_number(name, str(value), "give a whole number of at least 1")
+    if number < 1:
+        raise UserError(f"{name} must be at least 1, got {number}")
+    return number
+
+
+def _port(value: str | None) -> int | None:
+    if value is None or not str(value).strip():
+        return None
+    fix = "give a free TCP port, or set none of --master-port, ZEROKIT_MASTER_PORT and MASTER_PORT"
+    return tcp_port("--master-port (ZEROKIT_MASTER_PORT, MASTER_PORT)", str(value), fix)
+
+
+def _seconds(value: str, name: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise UserError(f"{name}={value!r} is not a number of seconds: give one of at least 0, e.g. 15")
+    return seconds

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 
-from zerokit.cluster import detect_environment
+from zerokit.cluster import ENVIRONMENTS, ClusterEnvironment
+from zerokit.cluster.base import tcp_port
+from zerokit.cluster.detect import rank_environment
+from zerokit.errors import UserError
 
 
 def free_port() -> int:
@@ -15,6 +18,33 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def check_port_free(port: int, fix: str) -> None:
+    """Refuse a rendezvous port that another process holds, before the ranks start and fail on it.
+
+    Rank 0's store listens on every address with SO_REUSEADDR, and so does this test: a port that
+    an earlier run left in TIME_WAIT passes, one that a process listens on does not.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError as err:
+            raise UserError(f"port {port} cannot be used for the ranks' rendezvous ({err.strerror}): {fix}") from err
+
+
+def launch_environment(environ: Mapping[str, str], scheduler: str | None) -> ClusterEnvironment | None:
+    """The environment `launch` runs in; `scheduler` (--launcher slurm, ...) must be the one found."""
+    if scheduler is None:
+        return rank_environment(environ)
+    wanted = next(env for env in ENVIRONMENTS if env.name == scheduler)
+    if not wanted.detect(environ):
+        raise UserError(
+            f"--launcher {scheduler} (or ZEROKIT_LAUNCHER={scheduler}) expects a rank that {wanted.title} started, "
+            f"but {wanted.title}'s variables are not set here: {wanted.start_fix}; or use --launcher auto"
+        )
+    return wanted(environ)
+
+
 def ensure_rank_env(environ: MutableMapping[str, str]) -> None:
     """Make sure RANK, WORLD_SIZE, MASTER_ADDR ... are set before torch.distributed starts.
 
@@ -22,11 +52,16 @@ def ensure_rank_env(environ: MutableMapping[str, str]) -> None:
     launcher this process is rank 0 of 1 (DeepSpeed would otherwise try MPI discovery and fail
     on a missing mpi4py).
     """
-    cluster = detect_environment(environ)
+    cluster = rank_environment(environ)
     if cluster is not None:
         for name, value in cluster.torch_env().items():
             environ.setdefault(name, value)
         return
     environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
     environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    environ.setdefault("MASTER_PORT", str(free_port()))
+    explicit = environ.get("MASTER_PORT", "").strip()
+    if explicit:
+        fix = "set MASTER_PORT to a free port, or unset it to pick one"
+        check_port_free(tcp_port("MASTER_PORT", explicit, fix), fix)
+    else:
+        environ["MASTER_PORT"] = str(free_port())

@@ -1,19 +1,37 @@
-"""Run the local ranks of a plan at once and wait for them (what torchrun does on a node).
+"""Run the local ranks of a plan at once and supervise them, as torchrun's agent does on a node.
 
-If one rank fails, the others are stopped and its exit code is returned; SIGINT, SIGTERM and
-SIGUSR1 (Slurm's --signal) are passed on to every rank.
+- Every rank starts in its own session, so its process group holds it and its children: when the
+  job ends, each group is killed (SIGKILL), and nothing a rank started is left running. A
+  terminal's Ctrl-C then reaches launch alone, which passes it on.
+- A stop signal to launch (SIGTERM, SIGINT, SIGHUP, SIGQUIT) is passed on to every rank; a rank
+  still running `stop_grace` seconds later is killed with its group. The grace lets a healthy
+  `train` finish its step and checkpoint (it traps SIGTERM) and bounds a rank stuck in a
+  collective; keep it under the scheduler's own (Slurm's KillWait, 30 s by default).
+- Signals go to each rank's own process, not its group, as a shell's `kill` would: the rank decides
+  for its children (train's data loader workers must live until its checkpoint is written).
+- SIGUSR1 and SIGUSR2 (a scheduler's warning, Slurm's `--signal`) are passed on and stop nothing:
+  train checkpoints on its own time and exits, and a rank that exits non-zero stops the others.
+- The first rank to fail is named with its exit status, and the others are stopped as above.
+- Exit code: that of the first rank that failed on its own (128+N when signal N killed it), else
+  128+N when launch itself got stop signal N, else 0.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-STOP_GRACE_SECONDS = 10.0
+DEFAULT_STOP_GRACE = 15.0  # seconds; under Slurm's default KillWait (30 s)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+POLL_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -22,39 +40,151 @@ class Command:
     env: dict[str, str]  # variables set on top of the parent's environment
 
 
-def execute_commands(commands: Sequence[Command]) -> int:
-    """Run every command at once; return 0 if all succeed, else the first failing exit code."""
-    procs = [subprocess.Popen(c.argv, env={**os.environ, **c.env}) for c in commands]
+def exit_code(returncode: int) -> int:
+    """A shell's exit status for a Popen return code: 128+N for a process killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
 
-    def forward(signum, _frame):  # pass Ctrl-C / scheduler signals on to every rank
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+def signal_name(signum: int) -> str:
     try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        return f"was killed by {signal_name(-returncode)} (exit {exit_code(returncode)})"
+    return f"exited with {returncode}"
+
+
+def label(command: Command) -> str:
+    """How messages name a command: its rank, or (a head-node launcher) its program."""
+    if "RANK" in command.env:
+        return f"rank {command.env['RANK']} (local {command.env.get('LOCAL_RANK', '?')})"
+    return os.path.basename(command.argv[0])
+
+
+class Rank:
+    """One started command, the leader of its own process group."""
+
+    def __init__(self, command: Command) -> None:
+        self.label = label(command)
+        self.process = subprocess.Popen(command.argv, env={**os.environ, **command.env}, start_new_session=True)
+        self.killed = False  # by launch, after the grace: its exit is not a failure of its own
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def send(self, signum: int) -> None:
+        if self.running():
+            self.process.send_signal(signum)
+
+    def kill_group(self) -> None:
+        """SIGKILL to the rank and every process still in its group (its group id is its pid)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # empty (or the id reused)
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def say(line: str) -> None:
+    print(f"launch: {line}", file=sys.stderr, flush=True)
+
+
+class Supervisor:
+    """Watches the ranks until every one has exited; see the module's docstring for the rules."""
+
+    def __init__(self, ranks: list[Rank], stop_grace: float) -> None:
+        self.ranks = ranks  # filled as they start, once the signal handlers are in place
+        self.stop_grace = stop_grace
+        self.received: list[int] = []  # signals to launch, queued by the handler, handled by the loop
+        self.stop_signal: int | None = None  # the first stop signal launch got
+        self.failure: Rank | None = None  # the first rank that failed on its own
+        self.deadline: float | None = None  # when ranks still running get SIGKILL
+        self.stopped_by = ""  # the signal the deadline counts from, for messages
+        self.exited: set[Rank] = set()  # the ranks whose exit was seen
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        self.received.append(signum)
+
+    def run(self) -> int:
         while True:
-            codes = [p.poll() for p in procs]
-            failed = [code for code in codes if code not in (None, 0)]
-            if failed:
-                _stop(procs)
-                return failed[0]
-            if all(code == 0 for code in codes):
-                return 0
-            time.sleep(0.2)
+            self._handle_signals()
+            self._reap()
+            if not any(rank.running() for rank in self.ranks):
+                return self._exit_code()
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                self._kill_stragglers()
+            time.sleep(POLL_SECONDS)
+
+    def _handle_signals(self) -> None:
+        while self.received:
+            signum = self.received.pop(0)
+            running = [rank for rank in self.ranks if rank.running()]
+            for rank in running:
+                rank.send(signum)
+            note = ""
+            if signum in STOP_SIGNALS:
+                self.stop_signal = self.stop_signal or signum
+                if self.deadline is None:
+                    self._arm(signal_name(signum))
+                    note = f"; SIGKILL to any still running in {self.stop_grace:g} s"
+            say(f"got {signal_name(signum)}: passed it to {len(running)} rank(s){note}")
+
+    def _arm(self, signal_sent: str) -> None:
+        self.deadline = time.monotonic() + self.stop_grace
+        self.stopped_by = signal_sent
+
+    def _reap(self) -> None:
+        for rank in self.ranks:
+            if rank in self.exited or rank.running():
+                continue
+            self.exited.add(rank)
+            returncode = rank.process.returncode
+            if returncode == 0 or rank.killed or self.failure is not None:
+                continue
+            self.failure = rank
+            others = [other for other in self.ranks if other.running()]
+            if others and self.deadline is None:
+                say(f"{rank.label} {describe_exit(returncode)}; stopping the other ranks")
+                for other in others:
+                    other.send(signal.SIGTERM)
+                self._arm("SIGTERM")
+            else:
+                say(f"{rank.label} {describe_exit(returncode)}")
+
+    def _kill_stragglers(self) -> None:
+        stragglers = [rank for rank in self.ranks if rank.running() and not rank.killed]
+        if stragglers:
+            names = ", ".join(rank.label for rank in stragglers)
+            say(f"{names} still running {self.stop_grace:g} s after {self.stopped_by}: killing (SIGKILL)")
+        for rank in stragglers:
+            rank.killed = True
+            rank.kill_group()
+
+    def _exit_code(self) -> int:
+        if self.failure is not None:
+            return exit_code(self.failure.process.returncode)
+        return 128 + self.stop_signal if self.stop_signal is not None else 0
+
+
+def execute_commands(commands: Sequence[Command], stop_grace: float = DEFAULT_STOP_GRACE) -> int:
+    """Run every command at once under a Supervisor; its exit code (see the module's docstring)."""
+    ranks: list[Rank] = []
+    supervisor = Supervisor(ranks, stop_grace)
+    # Before any rank starts. A signal ignored from the start stays ignored (`nohup launch ...`).
+    handled = [sig for sig in (*STOP_SIGNALS, *WARNING_SIGNALS) if signal.getsignal(sig) != signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, supervisor.on_signal) for sig in handled}
+    try:
+        for command in commands:
+            try:
+                ranks.append(Rank(command))
+            except OSError as err:  # what cli's check of the program cannot see (ENOEXEC) or a race
+                say(f"cannot start {label(command)}: {command.argv[0]}: {err.strerror}")
+                return 127 if err.errno == errno.ENOENT else 126
+        return supervisor.run()
     finally:
+        for rank in ranks:  # the job is over: nothing a rank started outlives it
+            rank.kill_group()
+            rank.process.wait()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _stop(procs: Sequence[subprocess.Popen]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

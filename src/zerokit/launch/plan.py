@@ -290,8 +290,10 @@ def rank_line(plan: Plan, command: Command, hostname: str) -> str:
     )
 
 
-def execute(plan: Plan) -> int:
-    """Carry out a plan: become the rank (exec), run the local ranks (spawn), or run the remote launch."""
+def execute(plan: Plan, stop_grace: float) -> int:
+    """Carry out a plan: become the rank (exec), run the local ranks (spawn), or run the remote launch.
+
+    `stop_grace`: seconds between a stop signal passed on to the ranks and SIGKILL (local.py)."""
     if plan.mode != "remote":
         hostname = socket.gethostname()
         for command in plan.commands:
@@ -299,4 +301,4 @@ def execute(plan: Plan) -> int:
     if plan.mode == "exec":
         command = plan.commands[0]
         os.execvpe(command.argv[0], list(command.argv), {**os.environ, **command.env})
-    return execute_commands(plan.commands)
+    return execute_commands(plan.commands, stop_grace)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import zerokit.cluster
@@ -20,6 +22,8 @@ from zerokit.cluster import (
 )
 from zerokit.cluster.base import ClusterEnvironment
 from zerokit.cluster.batch import MPI_LAUNCHERS
+from zerokit.cluster.detect import rank_environment
+from zerokit.errors import UserError
 
 SRUN = {  # task 5 of `srun -N2 --ntasks-per-node=4`
     "SLURM_JOB_ID": "123456",
@@ -124,3 +128,47 @@ def test_every_environment_is_in_the_order_once_with_its_own_name():
 
 def test_batch_jobs_look_for_mpi_launchers_in_the_detection_order():
     assert [env for env in ENVIRONMENTS if env in MPI_LAUNCHERS] == list(MPI_LAUNCHERS)
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        (
+            {"PMI_RANK": "1", "PMI_SIZE": "2"},
+            "PMI_RANK=1 says this process is one of several MPICH ranks, but the rest of MPICH's variables do not "
+            "(unset: MPI_LOCALRANKID or PMI_LOCAL_RANK, MPI_LOCALNRANKS or PMI_LOCAL_SIZE): start the ranks with "
+            "`mpiexec` and leave the PMI_* variables to it, or unset PMI_RANK to run this process alone",
+        ),
+        ({"OMPI_COMM_WORLD_SIZE": "2"}, "OMPI_COMM_WORLD_SIZE=2 says this process is one of several OpenMPI"),
+        ({"MV2_COMM_WORLD_RANK": "3"}, "MV2_COMM_WORLD_RANK=3 says this process is one of several MVAPICH"),
+        ({"WORLD_SIZE": "8", "LOCAL_RANK": "0"}, "WORLD_SIZE=8 says this process is one of several torchrun"),
+        ({**BATCH_SCRIPT, "SLURM_PROCID": "2"}, "SLURM_PROCID=2 says this process is one of several Slurm ranks"),
+    ],
+)
+def test_half_set_rank_variables_are_refused_naming_the_missing_ones(environ, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        rank_environment(environ)
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {},
+        BATCH_SCRIPT,  # a batch script: SLURM_NTASKS of the job, task 0 of no step
+        {"PBS_JOBID": "1.pbs", "PBS_NODEFILE": "/var/spool/pbs/aux/1.pbs"},
+        {"OMPI_COMM_WORLD_SIZE": "1", "PMI_RANK": "0", "RANK": "0"},  # a world of one says nothing more
+        {"WORLD_SIZE": "lots"},
+    ],
+)
+def test_a_lone_process_stays_one(environ):
+    assert rank_environment(environ) is None
+
+
+def test_a_detected_environment_is_returned_as_detect_finds_it():
+    assert type(rank_environment(SRUN)) is SlurmEnvironment
+
+
+def test_only_what_every_rank_needs_is_named_as_unset():
+    with pytest.raises(UserError) as raised:
+        rank_environment({"RANK": "1"})
+    assert "(unset: LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE or LOCAL_SIZE)" in str(raised.value)

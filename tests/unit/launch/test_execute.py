@@ -1,11 +1,15 @@
-"""Running local ranks: each gets its variables, and a failing rank brings the others down with its exit code."""
+"""Running local ranks: each gets its variables, and a failing rank brings the others down with its exit code.
+
+Signals sent to launch itself are tested in tests/faults/test_launch_faults.py (a subprocess).
+"""
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 
-from zerokit.launch.local import Command, execute_commands
+from zerokit.launch.local import Command, describe_exit, execute_commands, exit_code
 
 
 def test_every_rank_runs_with_its_variables(tmp_path):
@@ -24,3 +28,28 @@ def test_a_failing_rank_stops_the_others_and_its_code_is_returned():
     started = time.monotonic()
     assert execute_commands([hang, fail]) == 7
     assert time.monotonic() - started < 30
+
+
+def test_a_rank_killed_by_a_signal_is_named_and_gives_128_plus_n(capsys):
+    hang = Command((sys.executable, "-c", "import time; time.sleep(60)"), {"RANK": "0", "LOCAL_RANK": "0"})
+    killed = Command(("sh", "-c", "kill -KILL $$"), {"RANK": "1", "LOCAL_RANK": "1"})
+    assert execute_commands([hang, killed], stop_grace=5) == 128 + signal.SIGKILL
+    assert "launch: rank 1 (local 1) was killed by SIGKILL (exit 137); stopping the other ranks\n" in (
+        capsys.readouterr().err
+    )
+
+
+def test_exit_statuses_read_as_a_shell_reads_them():
+    assert [exit_code(code) for code in (0, 3, -signal.SIGTERM, -signal.SIGSEGV)] == [0, 3, 143, 139]
+    assert describe_exit(4) == "exited with 4"
+    assert describe_exit(-signal.SIGINT) == "was killed by SIGINT (exit 130)"
+
+
+def test_a_program_the_kernel_will_not_run_is_named_without_a_traceback(tmp_path, capsys):
+    """What cli's check cannot see: an executable file in no format the kernel runs (no #! line)."""
+    program = tmp_path / "job"
+    program.write_text("echo hi\n")
+    program.chmod(0o755)
+    started = Command((sys.executable, "-c", "import time; time.sleep(60)"), {"RANK": "0", "LOCAL_RANK": "0"})
+    assert execute_commands([started, Command((str(program),), {"RANK": "1", "LOCAL_RANK": "1"})]) == 126
+    assert capsys.readouterr().err == f"launch: cannot start rank 1 (local 1): {program}: Exec format error\n"

@@ -44,6 +44,12 @@ def test_alone_with_two_ranks_spawns_them_on_loopback():
     ]
 
 
+def test_alone_the_torch_variables_name_the_main_address_and_port():
+    p = make_plan(["--nproc-per-node", "2", "train"], {"MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29999"})
+    assert (p.environment, p.main_address, p.main_port) == ("local", "10.0.0.5", 29999)
+    assert {(c.env["MASTER_ADDR"], c.env["MASTER_PORT"]) for c in p.commands} == {("10.0.0.5", "29999")}
+
+
 def test_user_thread_count_wins_and_never_zero_threads():
     assert make_plan(["train"], {"OMP_NUM_THREADS": "3"}).env["OMP_NUM_THREADS"] == "3"
     assert make_plan(["--nproc-per-node", "4", "train"], {}, cpu_count=2).env["OMP_NUM_THREADS"] == "1"
