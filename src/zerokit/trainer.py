@@ -7,13 +7,15 @@
 - Rotation (`save_total_limit`) only ever removes this run's checkpoints (zerokit.checkpoints.rotate).
 - A diverged run stops before it saves: each step's loss is checked for NaN/inf on its device
   (no host sync per step); the ranks agree on the flag only at steps that log or save, so a
-  diverged model is never written and the last good checkpoint stays the newest.
+  diverged model is never written and the last good checkpoint stays the newest. A logged
+  gradient norm that is NaN/inf stops it too (but under fp16, where it means a skipped step).
 - A full disk while saving is said as such, not as a serializer's "iostream error".
 """
 
 from __future__ import annotations
 
 import errno
+import math
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,6 +58,13 @@ class FiniteLossGuard(TrainerCallback):
             self.check(state.global_step, args.output_dir)
         return control
 
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        """The global gradient norm is the same on every rank; under fp16 an inf one is a skipped step."""
+        norm = (logs or {}).get("grad_norm")
+        if norm is not None and not math.isfinite(norm) and not args.fp16:
+            raise diverged("the gradient norm", state.global_step, args.output_dir)
+        return control
+
     def check(self, step: int, output_dir: str) -> None:
         if self._bad is None:
             return
@@ -65,13 +74,17 @@ class FiniteLossGuard(TrainerCallback):
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag.item():
-            last = newest_complete_checkpoint(Path(output_dir))
-            keep = f"the last good checkpoint is {last}: " if last else "no checkpoint was written: "
-            raise TrainingDiverged(
-                f"training diverged: the loss became NaN or inf by step {step}, so nothing was saved; {keep}"
-                "lower --learning_rate or lengthen --warmup_steps (or use --bf16 instead of --fp16), then "
-                + ("--resume auto" if last else "train again")
-            )
+            raise diverged("the loss", step, output_dir)
+
+
+def diverged(what: str, step: int, output_dir: str) -> TrainingDiverged:
+    last = newest_complete_checkpoint(Path(output_dir))
+    keep = f"the last good checkpoint is {last}: " if last else "no checkpoint was written: "
+    return TrainingDiverged(
+        f"training diverged: {what} became NaN or inf by step {step}, so nothing was saved; {keep}"
+        "lower --learning_rate or lengthen --warmup_steps (or use --bf16 instead of --fp16), then "
+        + ("--resume auto" if last else "train again")
+    )
 
 
 class ZerokitTrainer(Trainer):

@@ -150,6 +150,17 @@ def test_a_rank_stuck_when_another_fails_is_killed_after_the_grace(tmp_path, env
     assert strays(marker) == []
 
 
+def test_ranks_die_with_launch_when_it_is_killed(tmp_path, env, marker):
+    """SIGKILL to launch alone (an OOM kill, `kill -9 PID`): no rank trains on, unsupervised."""
+    args = ["--nproc-per-node", "2", "--", sys.executable, "-c", STUCK_RANK, str(tmp_path), marker]
+    proc = start_zerokit(["launch", *args], env)
+    wait_for_files([tmp_path / "ready-0", tmp_path / "ready-1"])
+    proc.kill()
+    proc.wait(timeout=10)
+    ranks = [line for line in strays(marker) if "sleep" not in line]  # a rank's children are its own
+    assert ranks == []
+
+
 def test_children_a_rank_leaves_behind_end_with_the_job(env, marker):
     result = run_zerokit(
         ["launch", "--nproc-per-node", "2", "--", "sh", "-c", f"sleep 555.{marker} & exit 0"], env, timeout=60

@@ -93,10 +93,12 @@ def test_resume_auto_falls_back_from_a_damaged_checkpoint(finished_run: Path, tm
     """Case 9: a truncated optimizer shard in the newest checkpoint: resume from the one before, saying so."""
     run = copy_of(finished_run, tmp_path / "c")
     shard = next((run / "checkpoint-4").rglob("*optim_states.pt"))
-    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    size = shard.stat().st_size
+    shard.write_bytes(shard.read_bytes()[: size // 2])
     result = run_zerokit(["train", "--output-dir", str(run), *QUICK, "--max_steps", "6", "--resume", "auto"], env)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"checkpoint {run / 'checkpoint-4'} is damaged ({shard} is truncated" in result.stderr
+    written = f"{shard} has {size // 2} bytes, {size} were written"
+    assert f"checkpoint {run / 'checkpoint-4'} is damaged ({written}" in result.stderr, result.stderr[-3000:]
     assert f"zerokit: resuming from {run / 'checkpoint-2'}" in result.stdout
     assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 6
 
@@ -108,7 +110,8 @@ def test_a_diverged_run_stops_before_saving_and_exits_non_zero(tmp_path: Path, e
     result = run_zerokit([*argv, "--warmup_steps", "0", "--save_strategy", "steps", "--save_steps", "1"], env)
     assert result.returncode == 1, result.stderr[-3000:]
     lines = error_lines(result.stderr)
-    assert len(lines) == 1 and "training diverged: the loss became NaN or inf" in lines[0], result.stderr[-3000:]
+    assert len(lines) == 1 and "training diverged: " in lines[0], result.stderr[-3000:]
+    assert "became NaN or inf" in lines[0]
     assert "--learning_rate" in lines[0] and "Traceback" not in result.stderr
     assert not (run / "model.safetensors").exists()
     for checkpoint in run.glob("checkpoint-*"):  # whatever was saved was saved before the loss went bad

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zerokit.data import resolve_source
+from zerokit.data import PREPARED_NAME, resolve_source
 from zerokit.embedded import prepare_embedded
 from zerokit.errors import UserError
 from zerokit.prepare.manifest import MANIFEST_NAME, file_hashes, update_manifest
@@ -56,6 +56,7 @@ def test_a_template_naming_a_missing_column_is_one_line(tmp_path: Path, tokenize
 
 def test_an_existing_output_is_kept_unless_overwrite(tmp_path: Path, tokenizer: Path):
     (tmp_path / "out").mkdir()
+    (tmp_path / "out" / PREPARED_NAME).write_text("{}")  # written by an earlier `prepare tokenize`
     with pytest.raises(UserError, match="--overwrite"):
         tokenize_to_disk("missing.txt", str(tokenizer), tmp_path / "out")
 

@@ -2,7 +2,8 @@
 
 - Every rank starts in its own session, so its process group holds it and its children: when the
   job ends, each group is killed (SIGKILL), and nothing a rank started is left running. A
-  terminal's Ctrl-C then reaches launch alone, which passes it on.
+  terminal's Ctrl-C then reaches launch alone, which passes it on. A rank dies with launch
+  (PR_SET_PDEATHSIG): a SIGKILL to launch leaves no rank training on unsupervised.
 - A stop signal to launch (SIGTERM, SIGINT, SIGHUP, SIGQUIT) is passed on to every rank; a rank
   still running `stop_grace` seconds later is killed with its group. The grace lets a healthy
   `train` finish its step and checkpoint (it traps SIGTERM) and bounds a rank stuck in a
@@ -19,6 +20,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import signal
@@ -32,6 +34,7 @@ DEFAULT_STOP_GRACE = 15.0  # seconds; under Slurm's default KillWait (30 s)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 POLL_SECONDS = 0.1
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,12 @@ class Rank:
 
     def __init__(self, command: Command) -> None:
         self.label = label(command)
-        self.process = subprocess.Popen(command.argv, env={**os.environ, **command.env}, start_new_session=True)
+        self.process = subprocess.Popen(
+            command.argv,
+            env={**os.environ, **command.env},
+            start_new_session=True,
+            preexec_fn=die_with_parent(os.getpid()),
+        )
         self.killed = False  # by launch, after the grace: its exit is not a failure of its own
 
     def running(self) -> bool:
@@ -84,6 +92,23 @@ class Rank:
         """SIGKILL to the rank and every process still in its group (its group id is its pid)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):  # empty (or the id reused)
             os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def die_with_parent(parent: int):
+    """In the child before exec: SIGKILL it when launch dies (PR_SET_PDEATHSIG).
+
+    A rank in its own session outlives a SIGKILL to launch's process group (`kill -9 -PGID`, an
+    OOM kill of launch): without this it would train on, unsupervised, into the same folder.
+    """
+
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child only makes the call
+
+    def preexec() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # launch died before prctl took effect
+            os._exit(128 + signal.SIGKILL)
+
+    return preexec
 
 
 def say(line: str) -> None:
