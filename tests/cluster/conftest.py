@@ -42,3 +42,9 @@ def sge_cluster(cluster: Cluster) -> Iterator[Sge]:
         yield sge
     finally:
         stop_sge(sge)
+
+
+# The Apptainer fixtures (a real apptainer, train.sif built once) for the runs through the SIF.
+from tests.apptainer.runtime import apptainer, sif  # noqa: E402
+
+__all__ = ["apptainer", "cluster", "cluster_tmp_path", "sge_cluster", "sif"]

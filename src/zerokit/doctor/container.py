@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from zerokit.doctor.context import Context
-from zerokit.doctor.result import CheckResult, fail, ok, skip
+from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
 from zerokit.launch.container import hidden_job
 from zerokit.runtimes import inside
 
@@ -87,9 +87,9 @@ def home(ctx: Context, runtime: str) -> CheckResult:
     path = ctx.home
     if path.is_dir() and os.access(path, os.W_OK):
         return ok(name, f"{path}, writable")
-    return fail(
+    return warn(
         name,
         f"{path} is {'not writable' if path.is_dir() else 'missing'} in the container (--no-home or --containall?): "
-        "caches under it (HF_HOME) cannot be written",
+        "caches under it (HF_HOME by default) cannot be written",
         f"drop --no-home/--containall, or `{runtime} exec --bind DIR --env HOME=DIR ...` with a writable DIR",
     )

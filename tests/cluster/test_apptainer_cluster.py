@@ -1,0 +1,121 @@
+"""The job scripts and launch with CONTAINER=apptainer on the 2-node namespace cluster: every rank runs in
+train.sif under a real Apptainer (tests/apptainer), and 2 nodes agree with 1 node.
+
+The nodes' host environment has apptainer and nothing of zerokit: `launch` and `train` exist only in the image.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.apptainer.runtime import REPO, Apptainer
+from tests.cluster.netcluster import Cluster
+from tests.cluster.test_launch_cluster import assert_trained, cpu_job_script, ranks_seen, sbatch, train_args
+from tests.conftest import logged_losses
+
+
+def sif_env(tmp: Path, apptainer: Apptainer, sif: Path, **extra: str) -> dict[str, str]:
+    """A user's host environment: apptainer on PATH, the job scripts' settings, private caches."""
+    return {
+        "PATH": f"{apptainer.directory}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "CONTAINER": "apptainer",
+        "IMAGE": str(sif),
+        "ZEROKIT_DIR": str(REPO),
+        "HF_HOME": str(tmp / "hf-home"),
+        "TORCH_EXTENSIONS_DIR": str(tmp / "torch-extensions"),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONWARNINGS": "ignore",
+        **extra,
+    }
+
+
+def assert_in_image_without_jit(tmp: Path, log: str) -> None:
+    assert "Building extension" not in log
+    extensions = tmp / "torch-extensions"
+    assert not extensions.exists() or list(extensions.rglob("*.so")) == []
+
+
+@pytest.fixture(scope="module")
+def sbatch_per_rank(cluster: Cluster, apptainer: Apptainer, sif: Path) -> tuple[Path, int, str]:
+    tmp = cluster.shared_dir / "sif-sbatch"
+    tmp.mkdir()
+    env = sif_env(tmp, apptainer, sif, TRAIN_ARGS=train_args(tmp / "run"))
+    code, log = sbatch(cluster, cpu_job_script("scripts/slurm/train.sbatch", tmp), tmp, env, "--ntasks-per-node=1")
+    return tmp, code, log
+
+
+def test_sbatch_starts_each_rank_in_the_sif(sbatch_per_rank):
+    tmp, code, log = sbatch_per_rank
+    assert code == 0, log[-4000:]
+    assert ranks_seen(log) == {0: "node1", 1: "node2"}
+    assert_trained(tmp / "run")
+    assert_in_image_without_jit(tmp, log)
+
+
+def test_two_nodes_in_the_sif_match_one_node(cluster: Cluster, apptainer: Apptainer, sif: Path, sbatch_per_rank):
+    tmp, code, _ = sbatch_per_rank
+    assert code == 0
+    one = cluster.shared_dir / "sif-one-node"
+    one.mkdir()
+    argv = ["apptainer", "exec", str(sif), "train", "--nproc-per-node", "2", *train_args(one / "run").split()]
+    result = cluster.run("node1", argv, env=sif_env(one, apptainer, sif), cwd=one, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert logged_losses(one / "run") == pytest.approx(logged_losses(tmp / "run"), abs=1e-4)
+
+
+def test_sbatch_per_node_spawns_the_ranks_in_the_sif(cluster: Cluster, apptainer: Apptainer, sif: Path):
+    tmp = cluster.shared_dir / "sif-per-node"
+    tmp.mkdir()
+    env = sif_env(tmp, apptainer, sif, RANKS_PER_NODE="2", TRAIN_ARGS=train_args(tmp / "run"))
+    script = cpu_job_script("scripts/slurm/train-per-node.sbatch", tmp)
+    code, log = sbatch(cluster, script, tmp, env, "--ntasks-per-node=1")
+    assert code == 0, log[-4000:]
+    assert ranks_seen(log) == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
+    assert_trained(tmp / "run")
+
+
+def test_host_mpirun_runs_each_rank_in_the_sif(cluster: Cluster, apptainer: Apptainer, sif: Path):
+    """The hybrid model: launch in the SIF writes the mpirun command, the host's mpirun starts the ranks."""
+    tmp = cluster.shared_dir / "sif-mpirun"
+    tmp.mkdir()
+    (tmp / "hosts").write_text("node1\nnode2\n")
+    env = sif_env(
+        tmp,
+        apptainer,
+        sif,
+        HOSTFILE=str(tmp / "hosts"),
+        RANKS_PER_NODE="1",
+        TRAIN_ARGS=train_args(tmp / "run"),
+        OMPI_MCA_plm_rsh_agent=str(cluster.rsh_agent),
+        OMPI_MCA_pml="ob1",
+        OMPI_MCA_btl="tcp,self",
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+    )
+    result = cluster.run("node1", [str(REPO / "scripts/mpirun/train.sh")], env=env, cwd=tmp, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert f"apptainer exec --nv {sif} /opt/venv/bin/python -m zerokit launch" in log  # each rank re-enters
+    assert ranks_seen(log) == {0: "node1", 1: "node2"}
+    assert_trained(tmp / "run")
+
+
+def test_sge_job_script_with_the_sif_under_qsub(sge_cluster, apptainer: Apptainer, sif: Path):
+    cluster = sge_cluster.cluster
+    tmp = cluster.shared_dir / "sif-sge"
+    tmp.mkdir()
+    text = (REPO / "scripts/sge/train.sh").read_text()
+    script = tmp / "train.sh"
+    script.write_text("\n".join(line for line in text.splitlines() if "rt_F" not in line) + "\n")
+    env = sif_env(tmp, apptainer, sif, MODULES="", RANKS_PER_NODE="1", TRAIN_ARGS=train_args(tmp / "run"))
+    env["PATH"] = f"{env['PATH']}:{os.environ['PATH']}"  # SGE's own tools
+    argv = ["qsub", "-sync", "y", "-V", "-pe", sge_cluster.pe, "2", "-o", str(tmp / "job.log"), str(script)]
+    result = sge_cluster.run("node1", argv, env=env, cwd=tmp, timeout=600)
+    log = result.stdout + result.stderr + (tmp / "job.log").read_text()
+    assert result.returncode == 0, log[-4000:]
+    assert sorted(ranks_seen(log)) == [0, 1] and set(ranks_seen(log).values()) == {"node1", "node2"}
+    assert_trained(tmp / "run")
