@@ -21,14 +21,10 @@ from zerokit.runtimes import inside
 LEAKS = ("PYTHONPATH", "PYTHONHOME", "CUDA_HOME", "LD_LIBRARY_PATH")
 # What the runtime itself puts on LD_LIBRARY_PATH (Apptainer: --nv's driver libraries).
 RUNTIME_LIBRARY_DIRS = ("/.singularity.d/libs",)
-# apptainer.def moves a host PYTHONHOME aside (the image's Python would not start) and keeps it here.
-HOST_PYTHONHOME = "ZEROKIT_HOST_PYTHONHOME"
 
 
 def leaked(ctx: Context) -> dict[str, str]:
     found = {name: ctx.environ[name] for name in LEAKS if ctx.environ.get(name)}
-    if ctx.environ.get(HOST_PYTHONHOME):
-        found["PYTHONHOME"] = ctx.environ[HOST_PYTHONHOME]
     libraries = [d for d in found.get("LD_LIBRARY_PATH", "").split(":") if d and d not in RUNTIME_LIBRARY_DIRS]
     if libraries:
         found["LD_LIBRARY_PATH"] = ":".join(libraries)
