@@ -8,6 +8,7 @@ builds DeepSpeed's ops (`DS_BUILD_*`, `TORCH_CUDA_ARCH_LIST`, the portable CPU t
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -35,7 +36,8 @@ DS_BUILD_VARS: dict[str, str] = {
     "utils": "DS_BUILD_UTILS",
 }
 
-# gcc -march level -> the SIMD macro DeepSpeed's CPU kernels are compiled with.
+# gcc -march level -> the SIMD macro DeepSpeed's CPU kernels are compiled with. The one table:
+# containers/portable-cc gets both from ds_build_env (ZEROKIT_CPU_TARGET, ZEROKIT_CPU_SIMD).
 SIMD_FOR_TARGET: dict[str, str] = {
     "x86-64": "-D__SCALAR__",
     "x86-64-v2": "-D__SCALAR__",
@@ -83,7 +85,11 @@ class Stack:
 
     def ds_build_env(self) -> dict[str, str]:
         """Environment for building the DeepSpeed wheel with exactly this stack's ops."""
-        env = {"DS_BUILD_OPS": "0", "ZEROKIT_CPU_TARGET": self.cpu_target}
+        env = {
+            "DS_BUILD_OPS": "0",
+            "ZEROKIT_CPU_TARGET": self.cpu_target,
+            "ZEROKIT_CPU_SIMD": SIMD_FOR_TARGET[self.cpu_target],  # for containers/portable-cc
+        }
         env.update({DS_BUILD_VARS[op]: "1" for op in self.ds_ops})
         if self.accelerator == "cuda":
             env["DS_ACCELERATOR"] = "cuda"
@@ -120,6 +126,28 @@ class Stack:
         }
 
 
+# The stack file's schema: key -> type (a list is of strings; a table maps strings to strings).
+# Every key is required but those in OPTIONAL_KEYS; an unknown key is an error, not ignored.
+STACK_SCHEMA: dict[str, type] = {
+    "name": str,
+    "description": str,
+    "base_image": str,
+    "python": str,
+    "accelerator": str,
+    "cuda": str,
+    "torch_cuda_arch_list": str,
+    "cpu_target": str,
+    "cuda_home": str,
+    "ds_ops": list,
+    "extra_index_url": str,
+    "packages": dict,
+    "apt": dict,
+}
+APT_SCHEMA: dict[str, type] = {"runtime": list, "build": list}
+OPTIONAL_KEYS = {"cuda_home": "wheels"}
+ACCELERATORS = ("cpu", "cuda")
+
+
 def load_stack(name_or_path: str) -> Stack:
     path = Path(name_or_path)
     if not path.suffix:
@@ -127,29 +155,33 @@ def load_stack(name_or_path: str) -> Stack:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in STACKS_DIR.glob("*.toml")))
         raise StackError(f"no stack {name_or_path!r}: pick one of {known} (files in {STACKS_DIR})")
-    data = tomllib.loads(path.read_text())
     try:
-        stack = Stack(
-            name=data["name"],
-            description=data["description"],
-            base_image=data["base_image"],
-            python=data["python"],
-            accelerator=data["accelerator"],
-            cuda=data["cuda"],
-            torch_cuda_arch_list=data["torch_cuda_arch_list"],
-            cpu_target=data["cpu_target"],
-            cuda_home=data.get("cuda_home", "wheels"),
-            ds_ops=tuple(data["ds_ops"]),
-            extra_index_url=data["extra_index_url"],
-            packages=dict(data["packages"]),
-            apt_runtime=tuple(data["apt"]["runtime"]),
-            apt_build=tuple(data["apt"]["build"]),
-        )
-    except KeyError as missing:
-        raise StackError(f"{path}: missing key {missing}; see containers/stacks/cpu.toml for the format") from None
+        data = {**OPTIONAL_KEYS, **tomllib.loads(path.read_text())}
+    except tomllib.TOMLDecodeError as error:
+        raise StackError(f"{path}: not valid TOML ({error})") from None
+    check_schema(path, data, STACK_SCHEMA, "")
+    check_schema(path, data["apt"], APT_SCHEMA, "apt.")
+    stack = Stack(
+        name=data["name"],
+        description=data["description"],
+        base_image=data["base_image"],
+        python=data["python"],
+        accelerator=data["accelerator"],
+        cuda=data["cuda"],
+        torch_cuda_arch_list=data["torch_cuda_arch_list"],
+        cpu_target=data["cpu_target"],
+        cuda_home=data["cuda_home"],
+        ds_ops=tuple(data["ds_ops"]),
+        extra_index_url=data["extra_index_url"],
+        packages=dict(data["packages"]),
+        apt_runtime=tuple(data["apt"]["runtime"]),
+        apt_build=tuple(data["apt"]["build"]),
+    )
     unknown = [op for op in stack.ds_ops if op not in DS_BUILD_VARS]
     if unknown:
         raise StackError(f"{path}: unknown DeepSpeed op(s) {unknown}; known: {sorted(DS_BUILD_VARS)}")
+    if stack.accelerator not in ACCELERATORS:
+        raise StackError(f"{path}: accelerator {stack.accelerator!r} is not one of {list(ACCELERATORS)}")
     if stack.cpu_target not in SIMD_FOR_TARGET:
         raise StackError(f"{path}: cpu_target {stack.cpu_target!r} is not one of {sorted(SIMD_FOR_TARGET)}")
     if " " in stack.torch_cuda_arch_list + stack.cpu_target:
@@ -159,6 +191,29 @@ def load_stack(name_or_path: str) -> Stack:
     if stack.cuda_home not in CUDA_HOMES:
         raise StackError(f"{path}: cuda_home {stack.cuda_home!r} is not one of {list(CUDA_HOMES)}")
     return stack
+
+
+def check_schema(path: Path, data: dict, schema: dict[str, type], prefix: str) -> None:
+    """One line for the first unknown key (with the nearest known one), missing key or wrong type."""
+    for key in data:
+        if key not in schema:
+            close = difflib.get_close_matches(key, list(schema), n=1)
+            hint = f"did you mean {prefix}{close[0]}? " if close else ""
+            raise StackError(f"{path}: unknown key {prefix}{key}: {hint}(known: {', '.join(schema)})")
+    for key, kind in schema.items():
+        if key not in data:
+            raise StackError(f"{path}: missing key {prefix}{key}; see containers/stacks/cpu.toml for the format")
+        value = data[key]
+        if kind is list:
+            ok = isinstance(value, list) and all(isinstance(item, str) for item in value)
+            what = "a list of strings"
+        elif kind is dict and key == "packages":
+            ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+            what = 'a table of name = "version"'
+        else:
+            ok, what = isinstance(value, kind), "a table" if kind is dict else "a string"
+        if not ok:
+            raise StackError(f"{path}: {prefix}{key} must be {what}, got {type(value).__name__} {value!r}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from zerokit.stack import StackError, load_stack
+from zerokit.stack import SIMD_FOR_TARGET, StackError, load_stack
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,6 +77,37 @@ def test_unknown_op_is_refused(tmp_path: Path):
 def test_unknown_cpu_target_is_refused(tmp_path: Path):
     with pytest.raises(StackError, match="cpu_target 'native'"):
         load_stack(str(write_stack(tmp_path, cpu_target='"native"')))
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"ds_ops": None, "ds_opps": '["cpu_adam"]'}, "unknown key ds_opps: did you mean ds_ops?"),
+        ({"python": "3.11"}, "python must be a string, got float 3.11"),
+        ({"ds_ops": '"cpu_adam"'}, "ds_ops must be a list of strings, got str"),
+        ({"accelerator": '"rocm"'}, "accelerator 'rocm' is not one of ['cpu', 'cuda']"),
+        ({"base_image": None}, "missing key base_image"),
+    ],
+)
+def test_a_malformed_stack_is_refused_in_one_line_naming_the_key(tmp_path: Path, change: dict, says: str):
+    text = (REPO / "containers/stacks/cpu.toml").read_text()
+    for key, value in change.items():
+        if value is None:
+            text = re.sub(rf"^{key} = .*\n", "", text, flags=re.M)
+        elif re.search(rf"^{key} = ", text, flags=re.M):
+            text = re.sub(rf"^{key} = .*$", f"{key} = {value}", text, flags=re.M)
+        else:
+            text = re.sub(r"^\[packages\]", f"{key} = {value}\n\n[packages]", text, count=1, flags=re.M)
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(StackError) as caught:
+        load_stack(str(path))
+    assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_every_cpu_target_has_its_simd_macro_in_the_build_env():
+    env = load_stack("cpu").ds_build_env()
+    assert env["ZEROKIT_CPU_SIMD"] == SIMD_FOR_TARGET[env["ZEROKIT_CPU_TARGET"]] == "-D__AVX256__"
 
 
 def test_cuda_stack_needs_an_explicit_arch_list(tmp_path: Path):
