@@ -9,15 +9,19 @@ mistaken for this run's (by rotation or by `--resume auto`).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from zerokit.errors import UserError
 
 RECORD_NAME = ".zerokit-output.json"
+LOCK_NAME = ".zerokit-output.lock"
 RUNNING, FINISHED = "running", "finished"
 
 
@@ -53,7 +57,7 @@ def write_record(folder: Path, record: OutputRecord) -> None:
 
 
 def entries(folder: Path) -> set[str]:
-    return {p.name for p in folder.iterdir()} - {RECORD_NAME} if folder.is_dir() else set()
+    return {p.name for p in folder.iterdir()} - {RECORD_NAME, LOCK_NAME} if folder.is_dir() else set()
 
 
 def written_by_earlier_run(folder: Path, record: OutputRecord | None) -> set[str]:
@@ -62,6 +66,34 @@ def written_by_earlier_run(folder: Path, record: OutputRecord | None) -> set[str
         return set()
     present = entries(folder)
     return present & set(record.owned) if record.finished else present - set(record.foreign)
+
+
+_held_locks: list[TextIO] = []  # open for the life of the process: closing one would release it
+
+
+def hold_lock(folder: Path, command: str) -> None:
+    """An exclusive lock on folder, held while this process lives: a second run into the same folder
+    (a job submitted twice, or ranks that each started alone because a container hid the job's
+    variables from them) fails at once instead of writing over this one. flock: the kernel drops
+    it when the process ends, however it ends, so a requeued job never finds a stale lock."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = (folder / LOCK_NAME).open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise UserError(
+            f"output folder {folder} is being written by another run ({holder}): wait for it or pick another "
+            "output folder; if this is one of a job's ranks, each started alone (e.g. `srun ... apptainer exec "
+            "--cleanenv`), pass the scheduler's variables into the container"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{command}, pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.flush()
+    _held_locks.append(handle)
 
 
 def begin(folder: Path, command: str, *, replace: bool) -> OutputRecord:

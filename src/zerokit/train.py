@@ -428,6 +428,7 @@ def claim_output_dir(options: TrainOptions, resume: Path | None, rank: int):
 
     record = None
     if rank == 0:
+        outputs.hold_lock(options.output_dir, "train")
         record = outputs.begin(options.output_dir, "train", replace=options.overwrite and resume is None)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()

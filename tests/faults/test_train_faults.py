@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -159,3 +160,25 @@ def test_a_full_disk_while_checkpointing_is_named_and_the_last_checkpoint_surviv
     assert len(lines) == 1 and "no space left on the file system" in lines[0], result.stderr[-3000:]
     assert "checkpoint-2, is intact" in lines[0] and "Traceback" not in result.stderr
     assert survivors == ["checkpoint-2"] and kept == "mine"
+
+
+def test_a_second_training_into_the_same_folder_fails_at_once(tmp_path: Path, env):
+    """A job submitted twice, or ranks that each started alone: the second run refuses, the first goes on."""
+    run = tmp_path / "shared"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "zerokit", "train", "--output-dir", str(run), *QUICK, "--max_steps", "400"],
+        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / RECORD_NAME).is_file() and time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.2)
+        assert first.poll() is None, "the first run ended early"
+        result = run_zerokit(["train", "--output-dir", str(run), *QUICK, "--resume", "auto"], env)
+        assert first.poll() is None  # untouched by the second
+    finally:
+        first.kill()
+        first.wait()
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = error_lines(result.stderr)
+    assert len(lines) == 1 and f"output folder {run} is being written by another run (train, pid" in lines[0]

@@ -50,3 +50,25 @@ def test_damaged_record_is_one_line(tmp_path: Path):
     write(tmp_path / outputs.RECORD_NAME, "{not json")
     with pytest.raises(UserError, match=r"is damaged.*remove it"):
         outputs.read_record(tmp_path)
+
+
+def test_a_second_run_into_a_locked_folder_fails_at_once(tmp_path: Path):
+    """The lock is the kernel's (flock): held by another process here, refused with who holds it."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from zerokit import outputs; "
+         f"outputs.hold_lock(__import__('pathlib').Path({str(tmp_path)!r}), 'train'); print('held', flush=True); "
+         "time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(Path(outputs.__file__).parents[1])},
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError, match=rf"being written by another run \(train, pid {holder.pid} on "):
+            outputs.hold_lock(tmp_path, "train")
+    finally:
+        holder.kill()
+        holder.wait()
+    outputs.hold_lock(tmp_path, "train")  # released with the process that held it
+    assert outputs.entries(tmp_path) == set()  # the lock file is not a run's output

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from zerokit.launch.config import parse
-from zerokit.launch.environment import check_port_free, free_port, launch_environment
+from zerokit.launch.environment import check_port_free, free_port, launch_environment, refuse_hidden_job
 from zerokit.launch.nic import interface_to
 from zerokit.launch.plan import Plan, execute, plan
 from zerokit.launch.preflight import preflight_failures, report, runs_preflight
@@ -47,6 +47,8 @@ def write_deepspeed_env(p: Plan, folder: Path) -> None:
 def main(argv: list[str]) -> int:
     config = parse(argv, os.environ, sys.executable)
     cluster = launch_environment(os.environ, config.scheduler)
+    if cluster is None:
+        refuse_hidden_job(os.environ)
     the_plan = plan(config, cluster, os.environ, os.cpu_count() or 1, interface_to, free_port)
     if config.print_command:
         print(shlex.join(the_plan.commands[0].argv))

@@ -45,6 +45,15 @@ def launch_environment(environ: Mapping[str, str], scheduler: str | None) -> Clu
     return wanted(environ)
 
 
+def refuse_hidden_job(environ: Mapping[str, str]) -> None:
+    """A rank whose container hid the job's variables must not run as a lone rank 0 of 1."""
+    from zerokit.launch.container import hidden_job
+
+    if found := hidden_job(environ):
+        what, fix = found
+        raise UserError(f"{what}: {fix}")
+
+
 def ensure_rank_env(environ: MutableMapping[str, str]) -> None:
     """Make sure RANK, WORLD_SIZE, MASTER_ADDR ... are set before torch.distributed starts.
 
@@ -57,6 +66,7 @@ def ensure_rank_env(environ: MutableMapping[str, str]) -> None:
         for name, value in cluster.torch_env().items():
             environ.setdefault(name, value)
         return
+    refuse_hidden_job(environ)
     environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
     environ.setdefault("MASTER_ADDR", "127.0.0.1")
     explicit = environ.get("MASTER_PORT", "").strip()
