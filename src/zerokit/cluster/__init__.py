@@ -3,6 +3,8 @@ address and port), read from the variables a scheduler or launcher set. One modu
 
 from zerokit.cluster.base import ClusterEnvironment, port_from_job_id
 from zerokit.cluster.detect import ENVIRONMENTS, detect_environment
+from zerokit.cluster.flux import FluxEnvironment
+from zerokit.cluster.kubeflow import KubeflowEnvironment
 from zerokit.cluster.lsf import LsfEnvironment
 from zerokit.cluster.mpich import MpichEnvironment
 from zerokit.cluster.mvapich import MvapichEnvironment
@@ -16,6 +18,8 @@ from zerokit.cluster.torchrun import TorchrunEnvironment
 __all__ = [
     "ENVIRONMENTS",
     "ClusterEnvironment",
+    "FluxEnvironment",
+    "KubeflowEnvironment",
     "LsfEnvironment",
     "MpichEnvironment",
     "MvapichEnvironment",

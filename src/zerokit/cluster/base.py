@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import hostlist
 
+from zerokit.cluster.tools import Tool
 from zerokit.errors import UserError
 
 # torch's own default, for a job that has no id to derive a port from.
@@ -126,6 +127,12 @@ class ClusterEnvironment(ABC):
     # variables holding it, the first one set wins.
     variables: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     hosts_from: ClassVar[str]  # why there may be no host list, for messages
+    # The batch job's own variables, set in its job script too, before any rank starts (doctor says
+    # "inside a Slurm job"); () for a launcher that is no batch job.
+    job_variables: ClassVar[tuple[str, ...]]
+    # What starting ranks across nodes needs here, for doctor to check. No default: an environment
+    # that does not say fails a test (tests/unit/cluster/test_detect.py), instead of needing mpirun.
+    multi_node_tools: ClassVar[tuple[Tool, ...]]
     start_fix: ClassVar[str]  # how to start ranks so that the variables are right
     address_fix: ClassVar[str]  # how to hand MASTER_ADDR to every rank
     # The logical values that, set alone (a rank above 0, a world size above 1), say a process is

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zerokit.cluster.base import ClusterEnvironment
+from zerokit.cluster.flux import FluxEnvironment
+from zerokit.cluster.kubeflow import KubeflowEnvironment
 from zerokit.cluster.lsf import LsfEnvironment
 from zerokit.cluster.mpich import MpichEnvironment
 from zerokit.cluster.mvapich import MvapichEnvironment
@@ -19,7 +21,10 @@ from zerokit.errors import UserError
 # The first match wins, so the launcher nearest to this process comes first: a process inherits
 # the variables of every launcher above it, and only the nearest one describes it.
 ENVIRONMENTS: tuple[type[ClusterEnvironment], ...] = (
-    # torchrun first: a torchrun (or `zerokit launch`, or DeepSpeed's launcher) run inside a Slurm
+    # A Kubeflow PyTorchJob pod has RANK and WORLD_SIZE, meant for the torchrun it is to start: it
+    # comes before torchrun, and declines a process with LOCAL_RANK, which every torchrun worker has.
+    KubeflowEnvironment,
+    # Then torchrun: a torchrun (or `zerokit launch`, or DeepSpeed's launcher) run inside a Slurm
     # or MPI job sets RANK, LOCAL_RANK, ... for each worker it starts; the SLURM_* / OMPI_* that the
     # worker inherited describe the torchrun process, one per node, not the worker.
     TorchrunEnvironment,
@@ -27,6 +32,8 @@ ENVIRONMENTS: tuple[type[ClusterEnvironment], ...] = (
     LsfEnvironment,
     PbsEnvironment,
     SgeEnvironment,
+    # Flux before the MPI launchers: its pmi plugin sets PMI_RANK and PMI_SIZE in every task.
+    FluxEnvironment,
     # MPI launchers before Slurm: mpirun and mpiexec start their daemons with srun inside a Slurm
     # job, so their ranks inherit the daemons' SLURM_PROCID and SLURM_STEP_ID. Where srun itself set
     # the MPI variables (--mpi=pmi2, cray_shasta), they agree with SLURM_* and the MPI launchers

@@ -16,6 +16,7 @@ from functools import cached_property
 from zerokit.cluster.base import ClusterEnvironment, hostfile_hosts, unique
 from zerokit.cluster.batch import BatchJobEnvironment, find_mpi_launcher
 from zerokit.cluster.mpi import MpiEnvironment, launched_by
+from zerokit.cluster.tools import MPIRUN
 
 VARIABLES: dict[str, tuple[str, ...]] = {"job_id": ("LSB_JOBID",)}
 JSRUN_VARIABLES: dict[str, tuple[str, ...]] = {
@@ -46,6 +47,8 @@ class LsfEnvironment(BatchJobEnvironment):
     name = "lsf"
     title = "LSF"
     variables = VARIABLES
+    job_variables = ("LSB_JOBID",)
+    multi_node_tools = (MPIRUN,)
     hosts_from = "LSB_DJOB_HOSTFILE and LSB_MCPU_HOSTS unset or empty"
     start_fix = "start the ranks with `jsrun`, `mpirun` or `mpiexec` inside the job"
 

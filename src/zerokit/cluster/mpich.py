@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zerokit.cluster.mpi import MpiEnvironment, launched_by
+from zerokit.cluster.tools import MPIRUN
 
 VARIABLES: dict[str, tuple[str, ...]] = {
     "rank": ("PMI_RANK",),
@@ -25,6 +26,8 @@ class MpichEnvironment(MpiEnvironment):
     name = "mpich"
     title = "MPICH"
     variables = VARIABLES
+    job_variables = ()
+    multi_node_tools = (MPIRUN,)
     hostfile_variables = HOSTFILES
     hosts_from = f"no host file in {' or '.join(HOSTFILES)}, and no Slurm job"
     start_fix = "start the ranks with `mpiexec` and leave the PMI_* variables to it"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zerokit.cluster.mpi import MpiEnvironment, launched_by
+from zerokit.cluster.tools import MPIRUN
 
 VARIABLES: dict[str, tuple[str, ...]] = {
     "rank": ("MV2_COMM_WORLD_RANK",),
@@ -18,6 +19,8 @@ class MvapichEnvironment(MpiEnvironment):
     name = "mvapich"
     title = "MVAPICH"
     variables = VARIABLES
+    job_variables = ()
+    multi_node_tools = (MPIRUN,)
     hosts_from = "none from mpirun_rsh, and no Slurm job"
     start_fix = "start the ranks with `mpirun_rsh` and leave the MV2_COMM_WORLD_* variables to it"
     address_fix = "`mpirun_rsh ... MASTER_ADDR=<first host> <program>`"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zerokit.cluster.mpi import MpiEnvironment, launched_by
+from zerokit.cluster.tools import MPIRUN
 
 VARIABLES: dict[str, tuple[str, ...]] = {
     "rank": ("OMPI_COMM_WORLD_RANK",),
@@ -24,6 +25,8 @@ class OpenMpiEnvironment(MpiEnvironment):
     name = "openmpi"
     title = "OpenMPI"
     variables = VARIABLES
+    job_variables = ()
+    multi_node_tools = (MPIRUN,)
     hostfile_variables = HOSTFILES
     hosts_from = f"no hostfile in {' or '.join(HOSTFILES)}, and no Slurm job"
     start_fix = "start the ranks with `mpirun` and leave the OMPI_COMM_WORLD_* variables to it"

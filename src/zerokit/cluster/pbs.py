@@ -13,6 +13,7 @@ from functools import cached_property
 
 from zerokit.cluster.base import hostfile_hosts
 from zerokit.cluster.batch import BatchJobEnvironment, find_mpi_launcher
+from zerokit.cluster.tools import MPIRUN
 
 VARIABLES: dict[str, tuple[str, ...]] = {"job_id": ("PBS_JOBID",)}
 
@@ -21,6 +22,8 @@ class PbsEnvironment(BatchJobEnvironment):
     name = "pbs"
     title = "PBS"
     variables = VARIABLES
+    job_variables = ("PBS_JOBID",)
+    multi_node_tools = (MPIRUN,)
     hosts_from = "PBS_NODEFILE unset or empty"
 
     @staticmethod

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zerokit.cluster.mpi import MpiEnvironment, launched_by
+from zerokit.cluster.tools import MPIRUN
 from zerokit.errors import UserError
 
 VARIABLES: dict[str, tuple[str, ...]] = {"rank": ("PMIX_RANK",)}
@@ -22,6 +23,8 @@ class PmixEnvironment(MpiEnvironment):
     name = "pmix"
     title = "PMIx"
     variables = VARIABLES
+    job_variables = ()
+    multi_node_tools = (MPIRUN,)
     hosts_from = "none from PMIx, and no Slurm job"
     start_fix = "start the ranks with `srun`, `mpirun` or `jsrun`, which also export the sizes"
     address_fix = "MASTER_ADDR=<first host> in every rank's environment"

@@ -14,6 +14,7 @@ from functools import cached_property
 
 from zerokit.cluster.base import hostfile_hosts
 from zerokit.cluster.batch import BatchJobEnvironment, find_mpi_launcher
+from zerokit.cluster.tools import MPIRUN
 
 VARIABLES: dict[str, tuple[str, ...]] = {"job_id": ("JOB_ID",)}
 HOSTFILES = ("PE_HOSTFILE", "SGE_JOB_HOSTLIST")
@@ -23,6 +24,8 @@ class SgeEnvironment(BatchJobEnvironment):
     name = "sge"
     title = "SGE"
     variables = VARIABLES
+    job_variables = ("PE_HOSTFILE",)
+    multi_node_tools = (MPIRUN,)
     hosts_from = f"{' and '.join(HOSTFILES)} unset or empty"
 
     @staticmethod

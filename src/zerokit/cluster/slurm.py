@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from functools import cached_property
 
 from zerokit.cluster.base import ClusterEnvironment, nodelist_hosts
+from zerokit.cluster.tools import SRUN
 from zerokit.errors import UserError
 
 VARIABLES: dict[str, tuple[str, ...]] = {
@@ -50,6 +51,8 @@ class SlurmEnvironment(ClusterEnvironment):
     name = "slurm"
     title = "Slurm"
     variables = VARIABLES
+    job_variables = ("SLURM_JOB_ID",)
+    multi_node_tools = (SRUN,)
     hosts_from = f"no {', '.join(NODELISTS)}"
     start_fix = "start the ranks with `srun` and leave the SLURM_* variables to it"
     address_fix = "`srun --export=ALL,MASTER_ADDR=<first host>`"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zerokit.cluster.base import ClusterEnvironment, block_node_rank
+from zerokit.cluster.tools import HEAD_NODE_TOOLS
 
 VARIABLES: dict[str, tuple[str, ...]] = {
     "rank": ("RANK",),
@@ -27,6 +28,8 @@ class TorchrunEnvironment(ClusterEnvironment):
     name = "torchrun"
     title = "torchrun"
     variables = VARIABLES
+    job_variables = ()
+    multi_node_tools = HEAD_NODE_TOOLS
     hosts_from = "torchrun exports none"
     start_fix = (
         "start the ranks with `torchrun` or `zerokit launch`, which set RANK, LOCAL_RANK, WORLD_SIZE "

@@ -9,6 +9,8 @@ import pytest
 import zerokit.cluster
 from zerokit.cluster import (
     ENVIRONMENTS,
+    FluxEnvironment,
+    KubeflowEnvironment,
     LsfEnvironment,
     MpichEnvironment,
     MvapichEnvironment,
@@ -22,7 +24,8 @@ from zerokit.cluster import (
 )
 from zerokit.cluster.base import ClusterEnvironment
 from zerokit.cluster.batch import MPI_LAUNCHERS
-from zerokit.cluster.detect import rank_environment
+from zerokit.cluster.detect import NAMES, rank_environment
+from zerokit.cluster.tools import Tool
 from zerokit.errors import UserError
 
 SRUN = {  # task 5 of `srun -N2 --ntasks-per-node=4`
@@ -75,6 +78,26 @@ JSRUN = {
     "JSM_NAMESPACE_LOCAL_SIZE": "4",
 }
 
+FLUX_TASK = {
+    "FLUX_JOB_ID": "ƒ21",
+    "FLUX_JOB_SIZE": "8",
+    "FLUX_JOB_NNODES": "2",
+    "FLUX_TASK_RANK": "5",
+    "FLUX_TASK_LOCAL_ID": "1",
+    "FLUX_URI": "local:///tmp/flux-abc/local-1",
+    "PMI_RANK": "5",
+    "PMI_SIZE": "8",
+}
+PYTORCHJOB_POD = {
+    "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+    "MASTER_ADDR": "pt-master-0",
+    "MASTER_PORT": "23456",
+    "WORLD_SIZE": "3",
+    "RANK": "2",
+    "PET_NODE_RANK": "2",
+    "PET_NNODES": "3",
+}
+
 
 @pytest.mark.parametrize(
     ("environ", "expected"),
@@ -100,6 +123,11 @@ JSRUN = {
         ({"JOB_ID": "777", **OMPI}, OpenMpiEnvironment),
         ({"LSB_JOBID": "4242", **JSRUN, **OMPI}, LsfEnvironment),
         ({"LSB_JOBID": "4242", **OMPI}, LsfEnvironment),
+        (FLUX_TASK, FluxEnvironment),  # its pmi plugin's PMI_RANK and PMI_SIZE too
+        ({**FLUX_TASK, **TORCHRUN}, TorchrunEnvironment),
+        ({"FLUX_URI": "local:///tmp/flux-abc/local-0"}, None),  # a flux batch script
+        (PYTORCHJOB_POD, KubeflowEnvironment),  # RANK and WORLD_SIZE, but no LOCAL_RANK
+        ({**PYTORCHJOB_POD, **TORCHRUN}, TorchrunEnvironment),  # a worker of torchrun in that pod
     ],
 )
 def test_detection_order(environ, expected):
@@ -124,6 +152,22 @@ def test_every_environment_is_in_the_order_once_with_its_own_name():
     assert set(ENVIRONMENTS) == exported
     assert len(ENVIRONMENTS) == len(exported)
     assert len({env.name for env in ENVIRONMENTS}) == len(ENVIRONMENTS)
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS, ids=NAMES)
+def test_every_environment_says_its_job_variables_and_multi_node_tools(env):
+    """In its own class: doctor reads them, and a new scheduler must never inherit another's tools."""
+    assert {"job_variables", "multi_node_tools"} <= set(vars(env))
+    assert all(isinstance(variable, str) and variable for variable in env.job_variables)
+    assert all(isinstance(tool, Tool) and tool.fix for tool in env.multi_node_tools)
+
+
+def test_an_environment_that_does_not_say_gets_no_default():
+    class Unsaid(ClusterEnvironment):
+        name = "unsaid"
+
+    assert not hasattr(Unsaid, "job_variables")
+    assert not hasattr(Unsaid, "multi_node_tools")
 
 
 def test_batch_jobs_look_for_mpi_launchers_in_the_detection_order():

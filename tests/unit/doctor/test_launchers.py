@@ -72,3 +72,27 @@ def test_the_path_comes_from_the_context_not_the_process(tmp_path: Path):
     assert os.environ.get("PATH")
     results = check_launchers(context({"PATH": tools_dir(tmp_path)}))
     assert only(results, "launcher: ssh").status == "skip"  # /usr/bin/ssh may exist, but not on this PATH
+
+
+def test_inside_a_flux_job_flux_is_needed(tmp_path: Path):
+    environ = {"PATH": tools_dir(tmp_path), "FLUX_URI": "local:///tmp/flux-abc/local-0"}
+    results = check_launchers(context(environ, multi_node=True))
+    assert only(results, "launcher: environment").detail == "inside a flux job, no ranks started yet"
+    flux = only(results, "launcher: flux")
+    assert flux.status == "fail" and "flux run apptainer exec" in flux.fix
+    assert [r.status for r in results if r.name in ("launcher: pdsh", "launcher: mpirun")] == ["skip", "skip"]
+
+
+def test_a_pytorchjob_pod_needs_no_tool_across_nodes(tmp_path: Path):
+    environ = {
+        "PATH": tools_dir(tmp_path),
+        "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+        "MASTER_ADDR": "pt-master-0",
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "PET_NODE_RANK": "1",
+        "PET_NNODES": "2",
+    }
+    results = check_launchers(context(environ, multi_node=True))
+    assert only(results, "launcher: environment").detail == "Kubeflow PyTorchJob: rank 1 of 2"
+    assert failures([{"name": r.name, "status": r.status} for r in results]) == []
