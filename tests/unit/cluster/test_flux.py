@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from tests.unit.cluster.plans import make_plan
@@ -10,6 +14,16 @@ from zerokit.cluster.flux import f58_decode
 from zerokit.errors import UserError
 
 from .observe import observed
+
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts/flux/train.sh"
+# Stands in for flux-core's `flux` in the job script: the instance's id and hosts, and `flux run` echoed.
+FLUX_STUB = """#!/bin/sh
+case "$1" in
+  getattr) echo "ƒ21" ;;
+  hostlist) [ "$2" = --nth=0 ] && [ "$3" = instance ] && echo tioga12 ;;
+  run) shift; echo "MASTER_ADDR=$MASTER_ADDR flux run $*" ;;
+esac
+"""
 
 TASK = {  # task 5 of `flux run -N2 --tasks-per-node=4` inside `flux batch -N2`, job ƒ21 (58)
     "FLUX_JOB_ID": "ƒ21",
@@ -111,3 +125,16 @@ def test_plan_one_task_per_node_spawns_the_node_ranks():
 
 def test_launcher_flux_requires_a_flux_task():
     assert make_plan(["--launcher", "flux", "train"], TASK).environment == "flux"
+
+
+def test_the_job_script_starts_every_rank_with_flux_run_and_the_main_address(tmp_path):
+    stub = tmp_path / "flux"
+    stub.write_text(FLUX_STUB)
+    stub.chmod(0o755)
+    environ = {"PATH": f"{tmp_path}{os.pathsep}/usr/bin:/bin", "CONTAINER": "none", "HOME": str(tmp_path)}
+    result = subprocess.run(["bash", str(SCRIPT)], env=environ, capture_output=True, text=True, check=True)
+    assert result.stdout.split() == [
+        "MASTER_ADDR=tioga12",
+        *("flux", "run", "-N", "2", "--tasks-per-node=4", "--gpus-per-task=1"),
+        *("launch", "--launcher", "flux", "train", "--config", "zero3", "--output-dir", "runs/zerokit-ƒ21"),
+    ]
