@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tests.unit.cluster.plans import make_plan
-from zerokit.cluster import KubeflowEnvironment, TorchrunEnvironment, detect_environment
+from zerokit.cluster import KubeflowEnvironment, OpenMpiEnvironment, TorchrunEnvironment, detect_environment
 from zerokit.errors import UserError
 
 from .observe import observed
@@ -55,10 +55,24 @@ def test_table(environ, expected):
     assert observed(KubeflowEnvironment(environ)) == expected
 
 
+# A rank of an MPIJob (kubeflow/mpi-operator v2beta1, OpenMPI): mpirun in the launcher pod started it over
+# ssh on a worker pod, passing on OMPI_MCA_* (the operator's hostfile, on the launcher only) and -x MASTER_ADDR.
+MPIJOB_RANK = {
+    "OMPI_COMM_WORLD_RANK": "5",
+    "OMPI_COMM_WORLD_SIZE": "8",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+    "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+    "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+    "MASTER_ADDR": "zerokit-worker-0.zerokit.default.svc",
+}
+
+
 @pytest.mark.parametrize(
     ("environ", "expected"),
     [
         (WORKER_1, KubeflowEnvironment),
+        (MPIJOB_RANK, OpenMpiEnvironment),  # an MPIJob is OpenMPI's
         (TORCHRUN_IN_POD, TorchrunEnvironment),  # LOCAL_RANK: a worker of the torchrun the pod started
         ({k: v for k, v in WORKER_1.items() if k != "KUBERNETES_SERVICE_HOST"}, TorchrunEnvironment),  # no pod
         ({**KUBELET, "RANK": "2", "WORLD_SIZE": "3", "MASTER_ADDR": "pt-master-0"}, TorchrunEnvironment),  # < v1.7
