@@ -14,7 +14,7 @@ from zerokit.errors import UserError
 
 # command -> ("module:function" taking argv and returning an exit code, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("zerokit.train:main", "train a causal LM with the HF Trainer and DeepSpeed ZeRO"),
+    "train": ("zerokit.train.cli:main", "train a causal LM with the HF Trainer and DeepSpeed ZeRO"),
     "launch": ("zerokit.launch.cli:main", "start ranks of train (or any command) locally or across nodes"),
     "generate": ("zerokit.generate:main", "generate text from a trained model folder"),
     "demo": ("zerokit.demo:main", "the main job: 2 CPU ranks, ZeRO-3, embedded default, then a sample"),

@@ -5,9 +5,10 @@ How checkpoints are written (atomically, rotated) is in zerokit.trainer.
 
 A checkpoint can be damaged after it was written whole (a node dies while a file system
 flushes, a quota cuts a copy short). Each checkpoint carries SIZES_NAME, the size of every file
-as written; a file that is missing, of another size, or not what its format says (a torch zip
-without its directory, a safetensors file shorter than its header says) marks it damaged.
-`--resume auto` then falls back to the newest checkpoint that is whole, and says so.
+as written: a file missing or of another size marks it damaged. One without that record (an
+older zerokit's, or the Trainer's own) is checked by format instead: a torch zip without its
+directory, a safetensors file shorter than its header says. `--resume auto` then falls back to
+the newest checkpoint that is whole, and says so.
 """
 
 from __future__ import annotations
@@ -79,22 +80,28 @@ def resolve_resume(value: str | None, output_dir: Path, notes: list[str] | None 
 
 
 def damage(checkpoint: Path) -> str | None:
-    """Why checkpoint cannot be loaded as written, or None when every file is whole."""
+    """Why checkpoint cannot be loaded as written, or None when every file is whole.
+
+    Every rank asks before the process group exists, so the check stays cheap on a parallel file
+    system: with the recorded sizes, one stat per file; only a checkpoint without them (written
+    before zerokit recorded sizes) has its files' formats read.
+    """
     sizes_path = checkpoint / SIZES_NAME
-    if sizes_path.is_file():
-        try:
-            sizes = json.loads(sizes_path.read_text())
-        except ValueError:
-            return f"{sizes_path} is not valid JSON"
-        for name, size in sizes.items():
-            file = checkpoint / name
-            if not file.is_file():
-                return f"{file} is missing"
-            if (actual := file.stat().st_size) != size:
-                return f"{file} has {actual} bytes, {size} were written"
-    for file in sorted(p for p in checkpoint.rglob("*") if p.is_file()):
-        if why := file_damage(file):
-            return f"{file} {why}"
+    if not sizes_path.is_file():
+        for file in sorted(p for p in checkpoint.rglob("*") if p.is_file()):
+            if why := file_damage(file):
+                return f"{file} {why}"
+        return None
+    try:
+        sizes = json.loads(sizes_path.read_text())
+    except ValueError:
+        return f"{sizes_path} is not valid JSON"
+    for name, size in sizes.items():
+        file = checkpoint / name
+        if not file.is_file():
+            return f"{file} is missing"
+        if (actual := file.stat().st_size) != size:
+            return f"{file} has {actual} bytes, {size} were written"
     return None
 
 

@@ -92,7 +92,14 @@ def load_raw(source: DatasetSource, validation_percent: int, seed: int, splits: 
     elif source.kind == "hub":
         raw = datasets.load_dataset(source.location)
     else:
-        raw = datasets.load_dataset(source.loader, data_files={"train": list(source.data_files)})
+        try:
+            raw = datasets.load_dataset(source.loader, data_files={"train": list(source.data_files)})
+        except datasets.exceptions.DatasetGenerationError as error:
+            cause = error.__cause__ or error
+            raise UserError(
+                f"dataset {source.location} cannot be read as {source.loader} ({type(cause).__name__}: "
+                f"{str(cause).splitlines()[0][:200]}): fix the file, or give it the suffix of its format"
+            ) from None
     if isinstance(raw, datasets.Dataset):
         raw = datasets.DatasetDict(train=raw)
     if "validation" not in raw:

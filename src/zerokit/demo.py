@@ -52,7 +52,7 @@ def first_eval_perplexity(output: Path) -> float:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from zerokit.train import main as train_main
+    from zerokit.train.cli import main as train_main
 
     code = train_main(train_argv(args))
     if code != 0:

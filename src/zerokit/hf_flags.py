@@ -37,6 +37,13 @@ LOWER_BOUNDS: dict[str, tuple[float, str]] = {
 }
 
 
+# TrainingArguments fields that train sets from its own flags: given directly, they would be overridden.
+SET_BY_ZEROKIT = {
+    "deepspeed": "give the DeepSpeed config with --config FILE (or zero2, zero3, zero3-offload, none)",
+    "full_determinism": "pass --deterministic (it also makes resumes bit-exact on CPU)",
+}
+
+
 @cache
 def training_argument_names() -> frozenset[str]:
     """Field names of transformers' TrainingArguments, read from its source file."""
@@ -59,6 +66,8 @@ def check_hf_flags(argv: list[str], own_flags: list[str]) -> None:
         name = flag.replace("-", "_")
         if name not in names and not (name.startswith("no_") and name[3:] in names):
             raise UserError(unknown_flag_message(token.split("=")[0], names, own_flags))
+        if name in SET_BY_ZEROKIT:
+            raise UserError(f"--{flag} is set by train itself: {SET_BY_ZEROKIT[name]}")
         if name in LOWER_BOUNDS:
             value = inline or (argv[index + 1] if index + 1 < len(argv) else "")
             check_bound(f"--{flag}", value, *LOWER_BOUNDS[name])

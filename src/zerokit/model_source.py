@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from zerokit.errors import UserError
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model")
+from zerokit.hub_cache import TOKENIZER_FILES
 
 
 def is_path(name: str) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from zerokit.checkpoints import damage, is_universal
 from zerokit.errors import UserError
+from zerokit.outputs import check_writable
 
 
 def convert(checkpoint: Path) -> Path:
@@ -24,6 +25,7 @@ def convert(checkpoint: Path) -> Path:
     if not (checkpoint / "trainer_state.json").is_file():
         what = "no such folder" if not checkpoint.exists() else "not a complete checkpoint (no trainer_state.json)"
         raise UserError(f"{checkpoint}: {what}: give a checkpoint-N folder that train wrote (e.g. runs/x/checkpoint-9)")
+    check_writable(checkpoint, "checkpoint")  # the universal form is written beside the shards
     if why := damage(checkpoint):
         raise UserError(f"{checkpoint} is damaged ({why}): convert an earlier checkpoint-N")
     latest = checkpoint / "latest"

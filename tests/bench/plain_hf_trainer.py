@@ -66,7 +66,7 @@ def main() -> None:
 
     callbacks = []
     if script.timings_dir:
-        from zerokit.bench.clock import StepClock
+        from zerokit.step_clock import StepClock
 
         callbacks.append(StepClock(script.timings_dir, tokens_per_sample=script.block_size))
     trainer = Trainer(

@@ -60,6 +60,15 @@ def test_train_refuses_empty_and_binary_datasets_before_torch(tmp_path: Path, no
     assert "not UTF-8 text" in line or "binary" in line
 
 
+def test_train_refuses_jsonl_that_is_not_json_in_one_line(tmp_path: Path, zk_env):
+    broken = tmp_path / "data.jsonl"
+    broken.write_text('{"text": "fine"}\n{"text": "cut off\n' * 50)
+    result = run_zerokit(train(tmp_path / "out", "--dataset", str(broken), "--config", "none"), zk_env)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert f"dataset {broken} cannot be read as json" in lines[0] and "Traceback" not in result.stderr
+
+
 def test_train_model_folder_without_config(tmp_path: Path, no_torch_env):
     folder = tmp_path / "not-a-model"
     folder.mkdir()

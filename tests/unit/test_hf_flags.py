@@ -23,6 +23,7 @@ def test_field_names_come_from_the_installed_transformers():
         (["--per_device_train_batch_size", "0"], "must be at least 1"),
         (["--learning_rate", "fast"], "--learning_rate 'fast' is not a number"),
         (["--save_total_limit", "0"], "--save_total_limit 0: must be at least 1"),
+        (["--deepspeed", "ds.json"], "--deepspeed is set by train itself: give the DeepSpeed config with --config"),
     ],
 )
 def test_bad_flags_are_refused_in_one_line(argv: list[str], message: str):

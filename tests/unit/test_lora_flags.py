@@ -6,7 +6,7 @@ import pytest
 
 from zerokit.errors import UserError
 from zerokit.lora import LoraSpec, count_parameters, default_targets, parse_lora, train_last_layers
-from zerokit.train import parse
+from zerokit.train.cli import parse
 
 
 def test_parse_lora_defaults_and_targets():

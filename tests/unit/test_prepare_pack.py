@@ -85,7 +85,7 @@ def test_staging_refuses_to_run_offline():
 
 
 def test_streaming_needs_a_dataset():
-    from zerokit.train import parse
+    from zerokit.train.cli import parse
 
     with pytest.raises(UserError, match="--streaming needs --dataset"):
         parse(["--streaming"])

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str]) -> BenchConfig:
-    from zerokit.train import resolve_ds_config
+    from zerokit.train.options import resolve_ds_config
 
     cut = argv.index("--") if "--" in argv else len(argv)
     own, train_args = argv[:cut], argv[cut + 1 :]
@@ -119,7 +119,7 @@ def plain_inputs(cfg: BenchConfig) -> PlainInputs | None:
     from transformers import AutoTokenizer
 
     from zerokit.embedded import BLOCK_SIZE, model_config, prepare_embedded
-    from zerokit.train import fit_to_tokenizer
+    from zerokit.train.model import fit_to_tokenizer
 
     files, tokenizer_dir = prepare_embedded(cfg.output / "cache" / "embedded")  # where the train runs find it
     config = fit_to_tokenizer(model_config(), AutoTokenizer.from_pretrained(tokenizer_dir))

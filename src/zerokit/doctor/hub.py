@@ -6,17 +6,13 @@ its own constants were read from os.environ when it was imported.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from zerokit.data import resolve_source
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
 from zerokit.errors import UserError
-
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model")
-NOT_DATA = {"README.md", ".gitattributes"}
+from zerokit.hub_cache import NOT_DATA, TOKENIZER_FILES, cached_snapshot, missing_model_files
 
 
 def hf_home(ctx: Context) -> Path:
@@ -49,35 +45,6 @@ def check_hub(ctx: Context) -> list[CheckResult]:
         return [skip("hf: cache", f"{mode}; name --model/--dataset to check that they are cached")]
     results = [check_model(ctx, ctx.model)] if ctx.model else []
     return results + ([check_dataset(ctx, ctx.dataset)] if ctx.dataset else [])
-
-
-def cached_snapshot(repo_id: str, repo_type: str, cache: Path) -> tuple[Path | None, str]:
-    """The cached snapshot of the main revision, or None and why; never touches the network."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import IncompleteSnapshotError, LocalEntryNotFoundError
-
-    try:
-        folder = snapshot_download(repo_id, repo_type=repo_type, cache_dir=cache, local_files_only=True)
-    except IncompleteSnapshotError as error:
-        return None, f"incomplete in {cache}: {str(error).split(' Outgoing')[0]}"
-    except LocalEntryNotFoundError:
-        return None, f"not in the cache {cache}"
-    except ValueError as error:  # HFValidationError: not a valid repo id
-        return None, f"not a Hub id ({error})"
-    return Path(folder), ""
-
-
-def missing_model_files(folder: Path) -> list[str]:
-    """What from_pretrained needs: config.json and the weights, every shard an index names."""
-    missing = [] if (folder / "config.json").is_file() else ["config.json"]
-    for weights in WEIGHT_FILES:
-        index = folder / f"{weights}.index.json"
-        if index.is_file():
-            shards = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
-            return missing + [shard for shard in shards if not (folder / shard).is_file()]
-        if (folder / weights).is_file():
-            return missing
-    return [*missing, " or ".join(WEIGHT_FILES)]
 
 
 def unavailable(ctx: Context, name: str, detail: str, flag: str, what: str) -> CheckResult:

@@ -23,7 +23,7 @@ from zerokit.cluster.base import DEFAULT_PORT, ClusterEnvironment, port_from_job
 from zerokit.errors import UserError
 from zerokit.launch.config import LaunchConfig
 from zerokit.launch.local import Command, execute_commands
-from zerokit.launch.nic import nic_env
+from zerokit.nic import nic_env
 from zerokit.runtimes import inside
 
 # Variables the remote launches inherit from the head node (pdsh/ssh gives them a bare login

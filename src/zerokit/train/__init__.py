@@ -1,0 +1,9 @@
+"""`train`: causal-LM training with the Hugging Face Trainer and DeepSpeed ZeRO (the run_clm job).
+
+A library and its command, apart:
+- options.py: what a run is (TrainOptions), the defaults, the DeepSpeed config it is handed;
+- model.py and blocks.py: the tokenizer and model, the dataset cut into blocks;
+- run.py: `train(options, training_flags)`, called once per rank, no command line involved;
+- cli.py: the `train` command: flags -> TrainOptions, every check that needs no torch, then the
+  ranks (through `launch` for --nproc-per-node) or `train()` itself.
+"""

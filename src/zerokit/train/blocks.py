@@ -1,0 +1,75 @@
+"""The training and validation blocks of a run: memory-mapped when `prepare tokenize` made them, else
+tokenized here (rank 0 first, the others read its cache)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from zerokit.errors import UserError
+from zerokit.train.model import embedded_cache_dir, pick_block_size
+from zerokit.train.options import TrainOptions
+
+
+def load_datasets(options: TrainOptions, tokenizer, model, args):
+    """train/validation blocks: memory-mapped when `prepare tokenize` made them, else tokenized here."""
+    from zerokit.data import resolve_source
+
+    if options.dataset and resolve_source(options.dataset).kind == "prepared":
+        return load_prepared(options, tokenizer, model, args.process_index)
+    block_size = pick_block_size(options, tokenizer, model)
+    with args.main_process_first(desc="dataset"):
+        blocks = tokenize_datasets(options, tokenizer, block_size, args.seed)
+    if not options.streaming:
+        from zerokit.data import check_blocks
+
+        check_blocks(blocks, options.dataset or "embedded", block_size)
+    return blocks
+
+
+def load_prepared(options: TrainOptions, tokenizer, model, rank: int):
+    import datasets
+
+    from zerokit.prepare.pack import read_prepared
+
+    info = read_prepared(Path(options.dataset))
+    if info["vocab_size"] != len(tokenizer):
+        raise UserError(
+            f"dataset {options.dataset} was tokenized with {info['tokenizer']} ({info['vocab_size']} tokens), "
+            f"not this run's tokenizer ({len(tokenizer)} tokens): run `prepare tokenize` again with --tokenizer"
+        )
+    if options.block_size and options.block_size != info["block_size"]:
+        raise UserError(
+            f"--block-size {options.block_size}, but {options.dataset} holds blocks of {info['block_size']}: "
+            "drop --block-size, or run `prepare tokenize` again"
+        )
+    pick_block_size(options, tokenizer, model, info["block_size"])  # within the model's maximum
+    blocks = datasets.load_from_disk(options.dataset)  # memory-mapped Arrow files: nothing is tokenized
+    print(
+        f"zerokit: rank {rank}: dataset {options.dataset} is pre-tokenized ({len(blocks['train'])} blocks of "
+        f"{info['block_size']} tokens): memory-mapped, no tokenization",
+        flush=True,
+    )
+    return blocks
+
+
+def tokenize_datasets(options: TrainOptions, tokenizer, block_size: int, seed: int):
+    from zerokit.data import DatasetSource, load_raw, resolve_source, stream_blocks, tokenize_and_group
+
+    if options.streaming:
+        print(f"zerokit: streaming {options.dataset}: tokenized while training, nothing written", flush=True)
+        return stream_blocks(resolve_source(options.dataset), tokenizer, options.text_column, block_size)
+    if options.dataset:
+        raw = load_raw(resolve_source(options.dataset), options.validation_split_percentage, seed)
+    else:
+        from zerokit.embedded import prepare_embedded
+
+        files, _ = prepare_embedded(embedded_cache_dir())
+        raw = load_raw(
+            DatasetSource(kind="files", location="embedded"), 0, seed, splits={k: str(v) for k, v in files.items()}
+        )
+    return tokenize_and_group(raw, tokenizer, options.text_column, block_size)
+
+
+def block_length(blocks) -> int:
+    """Tokens in each training block (every block has the same length)."""
+    return len(next(iter(blocks))["input_ids"])

@@ -1,0 +1,203 @@
+"""The `train` command: flags -> TrainOptions, checked before torch is imported, then the ranks.
+
+zerokit's own flags are parsed here; every other flag is a `TrainingArguments` flag and goes
+to HfArgumentParser, so `--learning_rate`, `--max_steps`, `--bf16` ... work as in run_clm.
+Input is checked before torch is imported, so a typo fails in a second, not after start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from zerokit.errors import UserError
+from zerokit.hf_flags import check_hf_flags
+from zerokit.lora import LORA_FORMAT, parse_lora
+from zerokit.paths import CONFIGS_DIR
+from zerokit.train.options import TrainOptions, resolve_ds_config
+from zerokit.train.run import train
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="train",
+        allow_abbrev=False,  # a prefix (--learning_rat) is an unknown flag, not silently another one
+        description="Train a causal LM with the HF Trainer and DeepSpeed ZeRO. With no --model/--dataset, "
+        "trains the embedded default (tiny GPT-2 on a generated corpus). Any TrainingArguments flag "
+        "(--learning_rate, --max_steps, --bf16, ...) is passed through.",
+    )
+    add = parser.add_argument
+    add(
+        "--config",
+        default="zero2",
+        help="DeepSpeed config: a JSON path or a bundled name "
+        f"({', '.join(sorted(p.stem for p in CONFIGS_DIR.glob('*.json')))}); 'none' trains without DeepSpeed",
+    )
+    add("--output-dir", "--output_dir", default="runs/train", help="where the model and results go")
+    add(
+        "--overwrite",
+        action="store_true",
+        help="write into an output folder that is not empty; an earlier run's files there are replaced, others kept",
+    )
+    add("--model", help="Hub id or local folder, loaded with from_pretrained")
+    add("--model-type", help="train from scratch from a fresh config of this type (e.g. gpt2, llama)")
+    add("--from-scratch", action="store_true", help="take only the config of --model; random weights")
+    add("--config-overrides", help='config changes for training from scratch, e.g. "n_layer=4,n_embd=128"')
+    add("--tokenizer", help="tokenizer Hub id or folder (default: the model's)")
+    add("--dataset", help="a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder or a Hub name")
+    add("--text-column", default="text", help="column holding the text in jsonl/csv/Arrow data")
+    add("--validation-split-percentage", type=int, default=5, help="eval split taken from train when none exists")
+    add("--block-size", type=int, help="tokens per training sequence (default: the model's maximum, at most 1024)")
+    add("--nproc-per-node", type=int, default=1, help="start this many local ranks (CPU cores or GPUs)")
+    add("--resume", metavar="auto|PATH", help="resume from a checkpoint; auto: the newest complete one, if any")
+    add("--lora", nargs="?", const="", metavar="SPEC", help=f"train LoRA adapters (peft): {LORA_FORMAT}")
+    add("--train-last-layers", type=int, metavar="N", help="train only the last N transformer layers")
+    add("--merge", action="store_true", help="with --lora: also write the base with the adapter merged into merged/")
+    add(
+        "--deterministic",
+        action="store_true",
+        help="full_determinism and, on CPU, torch's Adam: bit-exact resumes",
+    )
+    add("--streaming", action="store_true", help="tokenize --dataset on the fly, nothing written (needs --max_steps)")
+    add("--online", action="store_true", help="allow Hub downloads (default: offline, HF_HUB_OFFLINE=1)")
+    add("--timings-dir", type=Path, metavar="DIR", help="each rank writes step times and peak memory here (bench)")
+    return parser
+
+
+def parse(argv: list[str]) -> tuple[TrainOptions, list[str]]:
+    """Split argv into zerokit's options (validated) and the TrainingArguments flags."""
+    parser = build_parser()
+    namespace, hf_argv = parser.parse_known_args(argv)
+    check_hf_flags(hf_argv, [flag for action in parser._actions for flag in action.option_strings])
+    if namespace.nproc_per_node < 1:
+        raise UserError(f"--nproc-per-node must be at least 1, got {namespace.nproc_per_node}")
+    if namespace.block_size is not None and namespace.block_size < 1:
+        raise UserError(f"--block-size must be at least 1, got {namespace.block_size}")
+    if not 0 <= namespace.validation_split_percentage < 100:
+        percent = namespace.validation_split_percentage
+        raise UserError(f"--validation-split-percentage must be from 0 to 99, got {percent}")
+    options = TrainOptions(
+        ds_config=resolve_ds_config(namespace.config),
+        output_dir=Path(namespace.output_dir),
+        overwrite=namespace.overwrite,
+        model=namespace.model,
+        model_type=namespace.model_type,
+        from_scratch=namespace.from_scratch,
+        config_overrides=namespace.config_overrides,
+        tokenizer=namespace.tokenizer,
+        dataset=namespace.dataset,
+        text_column=namespace.text_column,
+        validation_split_percentage=namespace.validation_split_percentage,
+        block_size=namespace.block_size,
+        nproc_per_node=namespace.nproc_per_node,
+        resume=namespace.resume,
+        lora=namespace.lora,
+        train_last_layers=namespace.train_last_layers,
+        merge=namespace.merge,
+        deterministic=namespace.deterministic,
+        online=namespace.online,
+        streaming=namespace.streaming,
+        timings_dir=namespace.timings_dir,
+    )
+    if options.streaming and not options.dataset:
+        raise UserError("--streaming needs --dataset (the embedded corpus is small)")
+    check_fine_tuning(options)
+    if options.from_scratch and not options.model:
+        raise UserError("--from-scratch needs --model (whose config is used); or use --model-type")
+    if options.dataset:
+        from zerokit.data import check_text_files, resolve_source
+
+        check_text_files(resolve_source(options.dataset))  # a missing, empty or binary file fails now
+    return options, hf_argv
+
+
+def check_fine_tuning(options: TrainOptions) -> None:
+    if options.train_last_layers is not None and options.train_last_layers < 1:
+        raise UserError(f"--train-last-layers must be at least 1, got {options.train_last_layers}")
+    if options.lora is not None:
+        parse_lora(options.lora)  # a bad spec fails now, not in the ranks
+        if options.train_last_layers:
+            raise UserError("--lora and --train-last-layers exclude each other: pick one")
+    if options.merge and (options.lora is None or not options.model or options.from_scratch):
+        raise UserError("--merge needs --lora and a pretrained --model (the base the adapter is merged into)")
+
+
+def check_hub_inputs(options: TrainOptions) -> None:
+    """Offline (the default): Hub names must be in the cache; fail now, in one line, naming `prepare`."""
+    from zerokit import offline
+    from zerokit.model_source import is_path, require_model_folder, require_tokenizer_folder
+
+    if options.model and is_path(options.model):
+        require_model_folder("--model", options.model)
+    if options.tokenizer and is_path(options.tokenizer):
+        require_tokenizer_folder("--tokenizer", options.tokenizer)
+    if options.online:
+        return
+    offline.go_offline(os.environ)
+    if not offline.is_offline(os.environ):
+        return
+    if options.model:
+        offline.require_cached_model(options.model)
+    if options.tokenizer:
+        offline.require_cached_tokenizer(options.tokenizer)
+    if options.dataset:
+        from zerokit.data import resolve_source
+
+        if resolve_source(options.dataset).kind == "hub":
+            offline.require_cached_dataset(options.dataset)
+
+
+def check_output_dir(path: Path, overwrite: bool, resume: str | None) -> None:
+    """Whether this run may write into path: never over a finished run or other files unasked.
+
+    `--resume` writes into a folder only when there is something of this run to continue (a
+    checkpoint, or a run that did not finish); a finished run with no checkpoint is not resumed
+    but replaced, which needs --overwrite.
+    """
+    from zerokit import outputs
+    from zerokit.checkpoints import newest_complete_checkpoint
+
+    outputs.check_writable(path, "--output-dir")
+    if path.exists() and not path.is_dir():
+        raise UserError(f"output {path} exists and is a file: pick another --output-dir")
+    if overwrite or not outputs.entries(path):
+        return
+    record = outputs.read_record(path)
+    finished = record.finished if record else (path / "train_results.json").is_file()
+    if resume is not None and (newest_complete_checkpoint(path) or (record and not finished)):
+        return
+    if finished:
+        raise UserError(
+            f"output folder {path} holds a finished run and no checkpoint to resume: pick another --output-dir, "
+            "or pass --overwrite to replace that run's files"
+        )
+    raise UserError(
+        f"output folder {path} exists and is not empty: pick another --output-dir, "
+        "or pass --overwrite to write into it (files that no earlier run wrote are kept)"
+    )
+
+
+def main(argv: list[str]) -> int:
+    options, hf_argv = parse(argv)
+    # Every rank checks before the rendezvous; nothing is written to the output folder before it.
+    check_output_dir(options.output_dir, options.overwrite, options.resume)
+    check_hub_inputs(options)
+    if options.nproc_per_node > 1:
+        from zerokit.launch.cli import main as launch_main
+
+        return launch_main(["--nproc-per-node", str(options.nproc_per_node), "train", *_without_nproc(argv)])
+    return train(options, hf_argv)
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """argv minus --nproc-per-node N, so each rank does not spawn again."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--nproc-per-node", "--nproc_per_node"):
+            skip = True
+        elif not arg.startswith(("--nproc-per-node=", "--nproc_per_node=")):
+            out.append(arg)
+    return out

@@ -1,0 +1,89 @@
+"""The tokenizer and the model of a run: loaded, built from a config, or wrapped for fine-tuning."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from zerokit.errors import UserError
+from zerokit.train.options import TrainOptions
+
+
+def load_tokenizer(options: TrainOptions):
+    from transformers import AutoTokenizer
+
+    if options.embedded or (options.model_type and not options.tokenizer):
+        from zerokit.embedded import prepare_embedded
+
+        _, folder = prepare_embedded(embedded_cache_dir())
+        return AutoTokenizer.from_pretrained(folder)
+    return AutoTokenizer.from_pretrained(options.tokenizer or options.model)
+
+
+def load_model(options: TrainOptions, tokenizer):
+    """from_pretrained for --model; a fresh config for the embedded default, --model-type or --from-scratch."""
+    from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM
+
+    if options.model and not options.from_scratch:
+        if options.config_overrides:
+            raise UserError("--config-overrides only applies when training from scratch: add --from-scratch")
+        return AutoModelForCausalLM.from_pretrained(options.model)
+    if options.model:
+        config = AutoConfig.from_pretrained(options.model)
+    elif options.model_type:
+        if options.model_type not in CONFIG_MAPPING:
+            raise UserError(f"unknown --model-type {options.model_type!r}; e.g. gpt2, llama, mistral, qwen2")
+        config = CONFIG_MAPPING[options.model_type]()
+    else:
+        from zerokit.embedded import model_config
+
+        config = model_config()
+    fit_to_tokenizer(config, tokenizer)
+    if options.config_overrides:
+        try:
+            config.update_from_string(options.config_overrides)
+        except ValueError as error:
+            raise UserError(
+                f"--config-overrides {options.config_overrides!r}: {error}; "
+                'format: "key=value,key=value" with keys of the model config'
+            ) from None
+    return AutoModelForCausalLM.from_config(config)
+
+
+def fit_to_tokenizer(config, tokenizer):
+    """A from-scratch config's vocabulary size and special tokens, from the tokenizer it trains with."""
+    config.vocab_size = len(tokenizer)
+    config.bos_token_id = config.eos_token_id = tokenizer.eos_token_id
+    config.pad_token_id = tokenizer.pad_token_id
+    return config
+
+
+def fine_tuning(options: TrainOptions, model, args):
+    """--lora wraps the model in adapters; --train-last-layers freezes the rest; else unchanged."""
+    from zerokit.lora import apply_lora, count_parameters, parse_lora, train_last_layers
+
+    if options.lora is not None:
+        model = apply_lora(model, parse_lora(options.lora))
+    elif options.train_last_layers:
+        train_last_layers(model, options.train_last_layers)
+    else:
+        return model
+    trainable, total = count_parameters(model)
+    if args.process_index == 0:
+        print(f"zerokit: training {trainable:,} of {total:,} parameters ({100 * trainable / total:.2f}%)", flush=True)
+    return model
+
+
+def pick_block_size(options: TrainOptions, tokenizer, model, wanted: int | None = None) -> int:
+    model_max = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", 1024)
+    wanted = wanted or options.block_size
+    if wanted:
+        if wanted > model_max:
+            raise UserError(f"block size {wanted} exceeds the model's maximum {model_max}")
+        return wanted
+    return min(model_max, tokenizer.model_max_length, 1024)
+
+
+def embedded_cache_dir() -> Path:
+    """Where the embedded corpus and tokenizer are made: `$ZEROKIT_CACHE`, else ~/.cache/zerokit."""
+    return Path(os.environ.get("ZEROKIT_CACHE", Path.home() / ".cache" / "zerokit")) / "embedded"

@@ -1,0 +1,213 @@
+"""`train(options, training_flags)`: one rank's whole run, with no command line involved.
+
+training_flags are TrainingArguments flags as HF spells them (`--learning_rate 3e-4`); the
+defaults of TRAINING_DEFAULTS apply where they are silent. The rank's torch.distributed variables
+come from its scheduler or make it rank 0 of 1 (zerokit.launch.environment).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from zerokit.errors import RunFailure, UserError
+from zerokit.train.blocks import block_length, load_datasets
+from zerokit.train.model import fine_tuning, load_model, load_tokenizer
+from zerokit.train.options import (
+    EMBEDDED_TRAINING_DEFAULTS,
+    TRAINING_DEFAULTS,
+    TrainOptions,
+    ds_config_argument,
+)
+
+
+def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
+    """Build everything and train; called once per rank."""
+    from zerokit.launch.environment import ensure_rank_env
+
+    ensure_rank_env(os.environ)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    import torch
+    from transformers import HfArgumentParser, TrainingArguments, default_data_collator, set_seed
+    from transformers.trainer_utils import enable_full_determinism
+
+    from zerokit.checkpoints import needs_universal_load, resolve_resume
+    from zerokit.preemption import PreemptionCallback
+    from zerokit.trainer import FiniteLossGuard, ZerokitTrainer
+
+    preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
+    skipped: list[str] = []
+    resume = resolve_resume(options.resume, options.output_dir, skipped)
+    universal = bool(resume) and needs_universal_load(resume, int(os.environ["WORLD_SIZE"]))
+
+    on_gpu = torch.cuda.is_available()
+    parser = HfArgumentParser(TrainingArguments, allow_abbrev=False)
+    parser.set_defaults(**TRAINING_DEFAULTS)
+    if options.embedded:
+        parser.set_defaults(**EMBEDDED_TRAINING_DEFAULTS)
+    if on_gpu and torch.cuda.is_bf16_supported():
+        parser.set_defaults(bf16=True)
+    forced = ["--output_dir", str(options.output_dir)]
+    if options.ds_config:
+        torch_adam = options.deterministic and not on_gpu
+        config = ds_config_argument(options.ds_config, torch_adam=torch_adam, load_universal=universal)
+        forced += ["--deepspeed", config]
+    if not on_gpu:
+        forced += ["--use_cpu", "true"]
+    if options.deterministic:
+        forced += ["--full_determinism", "true"]
+    (args,) = parser.parse_args_into_dataclasses([*training_flags, *forced])
+    if options.streaming and args.max_steps <= 0:
+        raise UserError("--streaming has no length to plan epochs from: pass --max_steps N")
+    join_process_group(args, deepspeed=options.ds_config is not None)
+    record = claim_output_dir(options, resume, args.process_index)
+    if args.full_determinism:
+        enable_full_determinism(args.seed)
+    else:
+        set_seed(args.seed)
+
+    tokenizer = load_tokenizer(options)
+    model = fine_tuning(options, load_model(options, tokenizer), args)
+    check_free_space(options.output_dir, model, saves_checkpoints=args.save_strategy != "no")
+    datasets = load_datasets(options, tokenizer, model, args)
+    callbacks = [preemption]
+    if options.timings_dir:
+        from zerokit.step_clock import StepClock
+
+        callbacks.append(StepClock(options.timings_dir, tokens_per_sample=block_length(datasets["train"])))
+
+    trainer = ZerokitTrainer(
+        loss_guard=FiniteLossGuard(),
+        model=model,
+        args=args,
+        train_dataset=datasets["train"],
+        eval_dataset=datasets["validation"],
+        processing_class=tokenizer,
+        data_collator=default_data_collator,
+        callbacks=callbacks,
+    )
+    if args.process_index == 0:
+        for note in skipped:
+            print(f"zerokit: {note}", file=sys.stderr, flush=True)
+        print(_resume_message(options, resume, universal), flush=True)
+    try:
+        return train_and_save(options, trainer, resume, preemption, datasets, record, on_gpu)
+    except RunFailure:
+        _shutdown_distributed(barrier=False)  # every rank got here, or the launcher stops the rest
+        raise
+
+
+def train_and_save(options: TrainOptions, trainer, resume, preemption, datasets, record, on_gpu: bool) -> int:
+    import torch
+
+    from zerokit.preemption import REQUEUE_EXIT_CODE
+
+    args = trainer.args
+    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    if preemption.preempted:  # the checkpoint is written; the job script requeues on this code
+        _shutdown_distributed()
+        return REQUEUE_EXIT_CODE
+    if on_gpu:  # this rank's peak (rank 0's is the one saved); `smoke` reports it
+        result.metrics["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated()
+    trainer.save_model()
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    trainer.save_state()
+
+    if datasets["validation"] is not None:  # None: streaming a source without a validation split
+        evaluate(trainer)
+    if options.merge and args.should_save:
+        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+        from zerokit.lora import merge_adapter
+
+        unset_hf_deepspeed_config()  # the base is loaded whole, not partitioned by ZeRO-3
+        merge_adapter(options.model, str(options.output_dir), str(options.output_dir / "merged"))
+    if record is not None:
+        from zerokit import outputs
+
+        outputs.finish(options.output_dir, record)
+    _shutdown_distributed()
+    return 0
+
+
+def claim_output_dir(options: TrainOptions, resume: Path | None, rank: int):
+    """Rank 0 records the run in its output folder (zerokit.outputs), after every rank has checked it.
+
+    --overwrite without --resume first removes what an earlier run wrote there (its model, its
+    checkpoints), so neither rotation nor a later `--resume auto` mistakes them for this run's.
+    Returns the record on rank 0, None on the others.
+    """
+    import torch.distributed as dist
+
+    from zerokit import outputs
+
+    record = None
+    if rank == 0:
+        outputs.hold_lock(options.output_dir, "train")
+        record = outputs.begin(options.output_dir, "train", replace=options.overwrite and resume is None)
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    return record
+
+
+def check_free_space(output_dir: Path, model, saves_checkpoints: bool) -> None:
+    """Fail before training when the output folder's disk cannot hold the model (and a checkpoint)."""
+    import shutil
+
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    # fp32 weights; a checkpoint adds fp32 weights and Adam's two moments of what is trained.
+    needed = 4 * total + (4 * total + 8 * trainable if saves_checkpoints else 0)
+    free = shutil.disk_usage(output_dir).free
+    if free < needed:
+        raise UserError(
+            f"--output-dir {output_dir} has {free / 2**20:.0f} MiB free, and the model"
+            + (" and one checkpoint need" if saves_checkpoints else " needs")
+            + f" about {needed / 2**20:.0f} MiB: free space there or pick another --output-dir"
+        )
+
+
+def join_process_group(args, deepspeed: bool) -> None:
+    """Join the process group before the model is built.
+
+    ZeRO-3 partitions the model while it is built (zero.Init) and needs the real world size
+    then. TrainingArguments sets up devices lazily, and on CPU accelerate starts torch.distributed
+    but not deepspeed.comm, which zero.Init asks; so both are started here.
+    """
+    import torch.distributed as dist
+
+    _ = args.device  # accelerate's device and process-group setup
+    if deepspeed and dist.is_initialized():
+        import deepspeed as ds
+
+        ds.init_distributed(dist_backend=dist.get_backend())
+
+
+def evaluate(trainer) -> None:
+    metrics = trainer.evaluate()
+    metrics["perplexity"] = math.exp(metrics["eval_loss"]) if metrics["eval_loss"] < 700 else math.inf
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+
+
+def _resume_message(options: TrainOptions, resume: Path | None, universal: bool) -> str:
+    if resume:
+        return f"zerokit: resuming from {resume}" + (" (its universal form: another rank count)" if universal else "")
+    if options.resume == "auto":
+        return f"zerokit: no complete checkpoint in {options.output_dir}: starting from step 0"
+    return "zerokit: starting from step 0"
+
+
+def _shutdown_distributed(barrier: bool = True) -> None:
+    """Leave the process group cleanly; gloo aborts at exit under MPI otherwise."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        if barrier:
+            dist.barrier()
+        dist.destroy_process_group()
