@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from zerokit.cluster import ENVIRONMENTS
 from zerokit.cluster.base import hostfile_lines_hosts, tcp_port, whole_number
 from zerokit.cluster.detect import NAMES as SCHEDULERS
 from zerokit.errors import UserError
@@ -53,8 +54,9 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="launch",
         allow_abbrev=False,  # `--nproc 2` is not silently --nproc-per-node
-        description="Start ranks of train (or any command after --) under srun, mpirun, PBS, SGE, LSF, or "
-        "from a head node over pdsh. Every flag can also be set as ZEROKIT_<FLAG>, e.g. ZEROKIT_NPROC_PER_NODE.",
+        description="Start ranks of train (or any command after --) under "
+        f"{', '.join(dict.fromkeys(env.title for env in ENVIRONMENTS))}, or from a head node over pdsh or mpirun. "
+        "Every flag can also be set as ZEROKIT_<FLAG>, e.g. ZEROKIT_NPROC_PER_NODE.",
     )
     add = parser.add_argument
     add(
