@@ -1,14 +1,19 @@
 """Container runtimes, in one table: how to run a command in an image, and how to tell one runs inside.
 
 Read by launch (re-entering the image on other hosts), doctor (the host environment leaking in), the
-Makefile (`make smoke`) and the job scripts, through `scripts/container.sh`, which runs this file with
-the host's python3 (standard library only):
+Makefile (`make smoke`, `make sif`) and the job scripts, through `scripts/container.sh`, which runs this
+file with the host's python3 (standard library only):
 
-    python3 src/zerokit/runtimes.py argv RUNTIME IMAGE [--gpu] [--bind DIR]...   # one word per line
+    python3 src/zerokit/runtimes.py argv RUNTIME IMAGE [--gpu] [--bind DIR]... [--workdir DIR] [--srun] [--as-caller]
+
+one word per line; the runtime's binary is $RUNTIME (in capitals: DOCKER=/usr/bin/docker) when set.
+
+Adding a runtime is one entry in RUNTIMES (and its tests).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,37 +22,73 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Runtime:
     name: str
-    run: tuple[str, ...]  # argv that runs a command in an image; the image follows the flags
+    run: tuple[str, ...]  # argv that runs a command in an image; run[0] is the runtime's binary
     gpu: tuple[str, ...]  # flags that give the container the node's GPUs
-    bind: str  # flag taking SRC:DEST
-    workdir: str  # flag naming the working directory inside
+    bind: tuple[str, ...]  # words binding {path} at the same path inside
+    workdir: tuple[str, ...]  # words making {path} the working directory inside
     passes_host_env: bool  # the host's variables reach the container unless asked otherwise
-    inside: str  # variable set inside the container (to the image, for re-entry); "" when none is
-    separator: tuple[str, ...] = ()  # between the image and the command
+    inside: str = ""  # variable set inside the container to the image (for re-entry); "" when none is
+    host_path: str = ""  # variable holding the host's PATH inside (to find the runtime on another host)
+    image: tuple[str, ...] = ("{image}",)  # words naming the image, after the flags and before the command
+    srun_options: bool = False  # the words are srun options (pyxis): only for `srun WORDS command`
+    as_caller: tuple[str, ...] = ()  # words that run the command as the caller ({uid}, {gid}), who may have no home
 
-    def argv(self, image: str, gpu: bool = False, binds: Sequence[str] = (), workdir: str = "") -> list[str]:
-        """The words before the command: run IMAGE with GPUS, each bind DIR at the same path, in WORKDIR."""
-        words = [*self.run, *(self.gpu if gpu else ())]
+    def argv(
+        self,
+        image: str,
+        gpu: bool = False,
+        binds: Sequence[str] = (),
+        workdir: str = "",
+        as_caller: bool = False,
+        environ: Mapping[str, str] = {},
+    ) -> list[str]:
+        """The words before the command: run IMAGE with GPUS, each bind DIR at the same path, in WORKDIR.
+
+        The binary is $NAME when ENVIRON sets it (DOCKER=/usr/bin/docker), else found on PATH by name."""
+        run = (environ.get(self.name.upper()) or self.run[0], *self.run[1:]) if self.run else ()
+        words = [*run, *(self.gpu if gpu else ())]
+        if as_caller:
+            words += [word.format(uid=os.getuid(), gid=os.getgid()) for word in self.as_caller]
         for path in binds:
-            words += [self.bind, f"{path}:{path}"]
+            words += [word.format(path=path) for word in self.bind]
         if workdir:
-            words += [self.workdir, workdir]
-        return [*words, image, *self.separator]
+            words += [word.format(path=workdir) for word in self.workdir]
+        return [*words, *(word.format(image=image) for word in self.image)]
+
+
+def _apptainer(name: str) -> Runtime:
+    variable = f"{name.upper()}_CONTAINER"
+    bind, workdir = ("--bind", "{path}:{path}"), ("--pwd", "{path}")
+    return Runtime(name, (name, "exec"), ("--nv",), bind, workdir, True, variable, "USER_PATH")
+
+
+def _docker_like(name: str, gpu: tuple[str, ...]) -> Runtime:
+    run = (name, "run", "--rm", "--network", "host", "--ipc", "host")
+    caller = ("--user", "{uid}:{gid}", "--env", "HOME=/tmp")
+    return Runtime(name, run, gpu, ("-v", "{path}:{path}"), ("-w", "{path}"), False, as_caller=caller)
 
 
 RUNTIMES: dict[str, Runtime] = {
     runtime.name: runtime
     for runtime in (
-        Runtime("apptainer", ("apptainer", "exec"), ("--nv",), "--bind", "--pwd", True, "APPTAINER_CONTAINER"),
-        Runtime("singularity", ("singularity", "exec"), ("--nv",), "--bind", "--pwd", True, "SINGULARITY_CONTAINER"),
+        _apptainer("apptainer"),
+        _apptainer("singularity"),
+        _docker_like("docker", ("--gpus", "all")),
+        _docker_like("podman", ("--device", "nvidia.com/gpu=all")),  # CDI: nvidia-ctk cdi generate, once per node
+        # An image directory (ch-convert IMAGE DIR); GPUs: ch-fromhost --nvidia DIR, once. Bound paths must exist.
         Runtime(
-            "docker",
-            ("docker", "run", "--rm", "--network", "host", "--ipc", "host"),
-            ("--gpus", "all"),
-            "-v",
-            "-w",
-            False,
-            "",
+            "charliecloud", ("ch-run",), (), ("--bind={path}:{path}",), ("--cd={path}",), True, image=("{image}", "--")
+        ),
+        # enroot images through Slurm's pyxis plugin: srun's own options; the GPUs are srun's.
+        Runtime(
+            "pyxis",
+            (),
+            (),
+            ("--container-mounts={path}:{path}",),
+            ("--container-workdir={path}",),
+            True,
+            image=("--container-image={image}",),
+            srun_options=True,
         ),
     )
 }
@@ -68,28 +109,39 @@ def inside(environ: Mapping[str, str]) -> tuple[Runtime, str] | None:
     return None
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[0] != "argv":
-        print("usage: runtimes.py argv RUNTIME IMAGE [--gpu] [--bind DIR]... [--workdir DIR]", file=sys.stderr)
-        return 2
-    name, image, rest = argv[1], argv[2], argv[3:]
-    gpu, binds, workdir = False, [], ""
+SWITCHES = ("--gpu", "--srun", "--as-caller")
+
+
+def words_for(name: str, image: str, options: Sequence[str], environ: Mapping[str, str] = {}) -> list[str]:
+    """`argv`'s words for the command line's RUNTIME IMAGE [--gpu] [--bind DIR]... [--workdir DIR] [--srun]
+    [--as-caller]."""
+    runtime = runtime_named(name)
+    switches, binds, workdir = set(), [], ""
+    rest = list(options)
     while rest:
-        flag, rest = rest[0], rest[1:]
-        if flag == "--gpu":
-            gpu = True
+        flag = rest.pop(0)
+        if flag in SWITCHES:
+            switches.add(flag)
         elif flag in ("--bind", "--workdir") and rest:
-            value, rest = rest[0], rest[1:]
+            value = rest.pop(0)
             binds, workdir = ([*binds, value], workdir) if flag == "--bind" else (binds, value)
         else:
-            print(f"runtimes.py: unexpected {flag!r}", file=sys.stderr)
-            return 2
+            raise ValueError(f"runtimes.py: unexpected {flag!r}")
+    if runtime.srun_options and "--srun" not in switches:
+        raise ValueError(f"{name} runs through srun's options: use it in the Slurm job scripts, or apptainer here")
+    return runtime.argv(image, "--gpu" in switches, binds, workdir, "--as-caller" in switches, environ)
+
+
+def main(argv: list[str]) -> int:
     try:
-        runtime = runtime_named(name)
+        if len(argv) >= 3 and argv[0] == "argv":
+            print("\n".join(words_for(argv[1], argv[2], argv[3:], os.environ)))
+        else:
+            print(__doc__.split("\n\n")[2], file=sys.stderr)
+            return 2
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print("\n".join(runtime.argv(image, gpu, binds, workdir)))
     return 0
 
 

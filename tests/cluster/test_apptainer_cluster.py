@@ -13,7 +13,14 @@ import pytest
 
 from tests.apptainer.runtime import REPO, Apptainer
 from tests.cluster.netcluster import Cluster
-from tests.cluster.test_launch_cluster import assert_trained, cpu_job_script, ranks_seen, sbatch, train_args
+from tests.cluster.test_launch_cluster import (
+    assert_killed_node_ends_the_job,
+    assert_trained,
+    cpu_job_script,
+    ranks_seen,
+    sbatch,
+    train_args,
+)
 from tests.conftest import logged_losses
 
 
@@ -56,15 +63,52 @@ def test_sbatch_starts_each_rank_in_the_sif(sbatch_per_rank):
     assert_in_image_without_jit(tmp, log)
 
 
-def test_two_nodes_in_the_sif_match_one_node(cluster: Cluster, apptainer: Apptainer, sif: Path, sbatch_per_rank):
-    tmp, code, _ = sbatch_per_rank
-    assert code == 0
+@pytest.fixture(scope="module")
+def one_node_in_the_sif(cluster: Cluster, apptainer: Apptainer, sif: Path) -> list[float]:
+    """The losses of the same run on one node, 2 local ranks in the SIF: what the 2-node runs must match."""
     one = cluster.shared_dir / "sif-one-node"
     one.mkdir()
     argv = ["apptainer", "exec", str(sif), "train", "--nproc-per-node", "2", *train_args(one / "run").split()]
     result = cluster.run("node1", argv, env=sif_env(one, apptainer, sif), cwd=one, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert logged_losses(one / "run") == pytest.approx(logged_losses(tmp / "run"), abs=1e-4)
+    return logged_losses(one / "run")
+
+
+def test_two_nodes_in_the_sif_match_one_node(sbatch_per_rank, one_node_in_the_sif):
+    tmp, code, _ = sbatch_per_rank
+    assert code == 0
+    assert one_node_in_the_sif == pytest.approx(logged_losses(tmp / "run"), abs=1e-4)
+
+
+def test_pdsh_from_inside_the_sif_reenters_it_on_the_other_node(
+    cluster: Cluster, apptainer: Apptainer, sif: Path, one_node_in_the_sif
+):
+    """`launch --launcher pdsh` in the SIF on node1 ssh-es to node2, whose bare ssh PATH has no apptainer and
+    no zerokit: the remote command finds apptainer on the PATH that Apptainer kept (USER_PATH) and runs
+    the same SIF there. ssh inside the image reads the image's /etc/ssh: a user's settings and keys are in
+    ~/.ssh, which Apptainer binds; this harness's are in one ssh_config for all nodes, bound over the image's."""
+    tmp = cluster.shared_dir / "sif-pdsh"
+    tmp.mkdir()
+    (tmp / "hosts").write_text("node1\nnode2\n")
+    env = sif_env(tmp, apptainer, sif, APPTAINER_BIND=f"{cluster.run_dir / 'ssh' / 'ssh_config'}:/etc/ssh/ssh_config")
+    argv = ["apptainer", "exec", str(sif), "launch", "--launcher", "pdsh", "--hostfile", str(tmp / "hosts"),
+            "--nproc-per-node", "1", "--", "train", *train_args(tmp / "run").split()]  # fmt: skip
+    result = cluster.run("node1", argv, env=env, cwd=tmp, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert set(ranks_seen(log).items()) == {(0, "node1"), (1, "node2")}
+    assert_trained(tmp / "run")
+    assert_in_image_without_jit(tmp, log)
+    assert one_node_in_the_sif == pytest.approx(logged_losses(tmp / "run"), abs=1e-4)
+
+
+def test_killing_one_nodes_rank_in_the_sif_ends_the_job_without_a_hang(
+    cluster: Cluster, apptainer: Apptainer, sif: Path
+):
+    """srun starts each rank in the SIF; SIGKILL of node2's rank ends the job non-zero in under 2 minutes."""
+    tmp = cluster.shared_dir / "sif-failure"
+    tmp.mkdir()
+    assert_killed_node_ends_the_job(cluster, ["apptainer", "exec", str(sif)], tmp, sif_env(tmp, apptainer, sif))
 
 
 def test_sbatch_per_node_spawns_the_ranks_in_the_sif(cluster: Cluster, apptainer: Apptainer, sif: Path):
@@ -119,3 +163,20 @@ def test_sge_job_script_with_the_sif_under_qsub(sge_cluster, apptainer: Apptaine
     assert result.returncode == 0, log[-4000:]
     assert sorted(ranks_seen(log)) == [0, 1] and set(ranks_seen(log).values()) == {"node1", "node2"}
     assert_trained(tmp / "run")
+
+
+def test_cleanenv_under_srun_never_trains_as_lone_ranks(cluster: Cluster, apptainer: Apptainer, sif: Path):
+    """`srun -n 2 apptainer exec --cleanenv train.sif train`: --cleanenv drops SLURM_*, so each task would look
+    like a lone rank 0 of 1 writing the same folder. Each refuses in one line naming --cleanenv and how to
+    pass the variables; the job ends non-zero and writes no model."""
+    tmp = cluster.shared_dir / "sif-cleanenv"
+    tmp.mkdir()
+    output = tmp / "run"
+    srun = ["srun", "--nodes=1", "--ntasks=2", "--cpus-per-task=1", "apptainer", "exec", "--cleanenv", str(sif),
+            "train", *train_args(output).split()]  # fmt: skip
+    result = cluster.run("node1", srun, env=sif_env(tmp, apptainer, sif), cwd=tmp, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode != 0, log[-3000:]
+    errors = [line for line in log.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2 and all("--cleanenv" in line and "--env-file" in line for line in errors), log[-3000:]
+    assert not (output / "model.safetensors").exists()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zerokit.runtimes import RUNTIMES, inside, runtime_named
+from zerokit.runtimes import RUNTIMES, inside, runtime_named, words_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,8 +23,31 @@ def test_docker_words_share_network_and_ipc():
                      "-v", "/job:/job", "-w", "/job", "zerokit:cpu"]  # fmt: skip
 
 
+def test_podman_words_are_dockers_with_cdi_gpus():
+    words = RUNTIMES["podman"].argv("zerokit:cpu", gpu=True, binds=["/job"], workdir="/job")
+    assert words == ["podman", "run", "--rm", "--network", "host", "--ipc", "host", "--device", "nvidia.com/gpu=all",
+                     "-v", "/job:/job", "-w", "/job", "zerokit:cpu"]  # fmt: skip
+
+
+def test_charliecloud_words_end_with_the_separator():
+    words = RUNTIMES["charliecloud"].argv("/var/tmp/cpu", gpu=True, binds=["/job"], workdir="/job")
+    assert words == ["ch-run", "--bind=/job:/job", "--cd=/job", "/var/tmp/cpu", "--"]
+
+
+def test_pyxis_words_are_srun_options():
+    """enroot/pyxis is not packaged here: the words are checked as srun will get them."""
+    words = words_for("pyxis", "/images/zerokit+cpu.sqsh", ["--gpu", "--bind", "/job", "--workdir", "/job", "--srun"])
+    assert words == ["--container-mounts=/job:/job", "--container-workdir=/job",
+                     "--container-image=/images/zerokit+cpu.sqsh"]  # fmt: skip
+
+
+def test_pyxis_outside_srun_says_where_it_works():
+    with pytest.raises(ValueError, match="pyxis runs through srun's options: use it in the Slurm job scripts"):
+        words_for("pyxis", "x.sqsh", ["--bind", "/job"])
+
+
 def test_an_unknown_runtime_names_the_known_ones():
-    with pytest.raises(ValueError, match="use one of apptainer, singularity, docker"):
+    with pytest.raises(ValueError, match="use one of apptainer, singularity, docker, podman, charliecloud, pyxis"):
         runtime_named("podmn")
 
 
@@ -33,8 +56,8 @@ def test_inside_reads_the_runtimes_own_variable():
     assert inside({"HOME": "/root"}) is None
 
 
-def container_words(container: str, image: str) -> subprocess.CompletedProcess:
-    script = 'source scripts/container.sh && container_words /job && printf "%s\\n" "${run[@]}"'
+def container_words(container: str, image: str, *options: str) -> subprocess.CompletedProcess:
+    script = f'source scripts/container.sh && container_words /job {" ".join(options)} && printf "%s\\n" "${{run[@]}}"'
     env = {"PATH": "/usr/bin:/bin", "CONTAINER": container, "IMAGE": image, "ZEROKIT_DIR": str(REPO)}
     return subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True)
 
@@ -42,6 +65,23 @@ def container_words(container: str, image: str) -> subprocess.CompletedProcess:
 def test_the_job_scripts_helper_reads_the_same_table():
     result = container_words("singularity", "/s/train.sif")
     assert result.stdout.split() == RUNTIMES["singularity"].argv("/s/train.sif", True, ["/job"], "/job")
+
+
+def test_the_slurm_scripts_get_pyxis_options_for_srun():
+    result = container_words("pyxis", "/images/cpu.sqsh", "--srun")
+    assert result.stdout.split() == words_for(
+        "pyxis", "/images/cpu.sqsh", ["--bind", "/job", "--workdir", "/job", "--srun"]
+    )
+    slurm = [p.read_text() for p in (REPO / "scripts/slurm").glob("*.sbatch")]
+    assert slurm and all('container_words "$SLURM_SUBMIT_DIR" --srun' in text for text in slurm)
+    assert all('srun --kill-on-bad-exit=1 "${run[@]}" launch' in text for text in slurm)
+
+
+def test_the_other_scripts_refuse_pyxis_in_one_line():
+    result = container_words("pyxis", "/images/cpu.sqsh")
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "error: pyxis runs through srun's options: use it in the Slurm job scripts, or apptainer here"
+    ]
 
 
 def test_the_job_scripts_helper_stops_on_an_unknown_runtime():

@@ -185,7 +185,7 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
     job_id = cluster.job_id if cluster else None
     port = config.master_port or port_from_job_id(job_id)
     reenter = container_prefix(environ)
-    env = forwarded_env(environ, in_container=bool(reenter))
+    env = forwarded_env(environ)
     common = ["--nproc-per-node", str(nproc), "--master-addr", main_address, "--master-port", str(port)]
     if config.ifname:
         common += ["--ifname", config.ifname]
@@ -257,18 +257,23 @@ def _env_words(env: Mapping[str, str]) -> str:
     return " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
 
 
-def forwarded_env(environ: Mapping[str, str], in_container: bool) -> dict[str, str]:
+def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The head node's variables that the remote launches need; never tokens or keys.
 
-    Inside a container the search paths are the image's: the remote host needs its own to find
-    apptainer, and the image sets its own again, so they are not passed on.
+    Inside a container the search paths are the image's, and the image sets its own again on the remote
+    host: the remote command gets the host's PATH instead, as the runtime kept it (Apptainer's USER_PATH),
+    so that ssh's bare login environment finds the runtime where this one was found.
     """
-    names = () if in_container else FORWARDED_NAMES
-    return {
+    found = inside(environ)
+    names = () if found else FORWARDED_NAMES
+    env = {
         name: value
         for name, value in environ.items()
         if (name in names or name.startswith(FORWARDED_PREFIXES)) and not any(m in name for m in SECRET_MARKERS)
     }
+    if found and environ.get(found[0].host_path):
+        env["PATH"] = environ[found[0].host_path]
+    return env
 
 
 def container_prefix(environ: Mapping[str, str]) -> list[str]:

@@ -236,15 +236,21 @@ def test_pdsh_head_node_starts_one_launch_per_host(tmp_path):
     assert "hf_secret" not in line and "HOME=/root" not in line
 
 
-def test_pdsh_inside_apptainer_reenters_the_same_image(tmp_path):
+def test_pdsh_inside_apptainer_reenters_the_same_image_found_on_the_hosts_path(tmp_path):
+    """ssh's bare PATH may lack apptainer (a module, /opt): the remote gets the host's, which Apptainer kept."""
     hostfile = tmp_path / "hosts"
     hostfile.write_text("node1\nnode2\n")
-    environ = {"APPTAINER_CONTAINER": "/shared/train.sif"}
+    environ = {
+        "APPTAINER_CONTAINER": "/shared/train.sif",
+        "PATH": "/opt/venv/bin:/usr/bin",
+        "USER_PATH": "/opt/apptainer/bin:/usr/bin",
+    }
     p = make_plan(["--launcher", "pdsh", "--hostfile", str(hostfile), "train"], environ)
     assert (
-        "apptainer exec --nv /shared/train.sif /venv/bin/python -m zerokit launch --hosts node1,node2"
-        in p.commands[0].argv[-1]
+        "env PATH=/opt/apptainer/bin:/usr/bin apptainer exec --nv /shared/train.sif /venv/bin/python -m zerokit "
+        "launch --hosts node1,node2" in p.commands[0].argv[-1]
     )
+    assert "/opt/venv/bin" not in p.commands[0].argv[-1]
 
 
 def test_each_node_of_a_pdsh_launch_finds_its_rank():
