@@ -22,6 +22,7 @@ from tests.cluster.test_launch_cluster import (
     train_args,
 )
 from tests.conftest import logged_losses
+from zerokit.launch.container import PASS_JOB_ENV
 
 
 def sif_env(tmp: Path, apptainer: Apptainer, sif: Path, **extra: str) -> dict[str, str]:
@@ -167,8 +168,10 @@ def test_sge_job_script_with_the_sif_under_qsub(sge_cluster, apptainer: Apptaine
 
 def test_cleanenv_under_srun_never_trains_as_lone_ranks(cluster: Cluster, apptainer: Apptainer, sif: Path):
     """`srun -n 2 apptainer exec --cleanenv train.sif train`: --cleanenv drops SLURM_*, so each task would look
-    like a lone rank 0 of 1 writing the same folder. Each refuses in one line naming --cleanenv and how to
-    pass the variables; the job ends non-zero and writes no model."""
+    like a lone rank 0 of 1 writing the same folder. Inside the SIF the job's variables are in no ancestor's
+    environment (srun sets them only on the task, which execs apptainer); what shows is the ancestry,
+    slurmstepd then Apptainer's starter (launch.container.hidden_job). Each task refuses in one line naming
+    --cleanenv and how to pass the variables; the job ends non-zero and writes no model."""
     tmp = cluster.shared_dir / "sif-cleanenv"
     tmp.mkdir()
     output = tmp / "run"
@@ -178,5 +181,20 @@ def test_cleanenv_under_srun_never_trains_as_lone_ranks(cluster: Cluster, apptai
     log = result.stdout + result.stderr
     assert result.returncode != 0, log[-3000:]
     errors = [line for line in log.splitlines() if line.startswith("error:")]
-    assert len(errors) == 2 and all("--cleanenv" in line and "--env-file" in line for line in errors), log[-3000:]
+    assert len(errors) == 2 and all(f"--cleanenv {PASS_JOB_ENV} IMAGE" in line for line in errors), log[-3000:]
     assert not (output / "model.safetensors").exists()
+
+
+def test_the_fix_the_cleanenv_error_names_trains_the_job(
+    cluster: Cluster, apptainer: Apptainer, sif: Path, one_node_in_the_sif
+):
+    """The error's way to keep --cleanenv: each task passes the job's variables with --env-file. Both ranks
+    then train together, and agree with the 2-rank run."""
+    tmp = cluster.shared_dir / "sif-cleanenv-fixed"
+    tmp.mkdir()
+    task = f"apptainer exec --cleanenv {PASS_JOB_ENV} {sif} train {train_args(tmp / 'run')}"
+    srun = ["srun", "--nodes=1", "--ntasks=2", "--cpus-per-task=1", "bash", "-c", task]
+    result = cluster.run("node1", srun, env=sif_env(tmp, apptainer, sif), cwd=tmp, timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert_trained(tmp / "run")
+    assert one_node_in_the_sif == pytest.approx(logged_losses(tmp / "run"), abs=1e-4)

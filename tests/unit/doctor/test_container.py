@@ -55,10 +55,13 @@ def test_a_home_that_is_not_there_fails(tmp_path: Path):
     assert row.status == "warn" and "--no-home" in row.fix
 
 
-def write_process(proc: Path, pid: str, ppid: str, environ: dict[str, str]) -> None:
+def write_process(proc: Path, pid: str, ppid: str, environ: dict[str, str] | None, comm: str = "x") -> None:
+    """A fake /proc/PID; environ None: private, as another user's or a non-dumpable process's is."""
     (proc / pid).mkdir(parents=True)
-    (proc / pid / "status").write_text(f"Name:\tx\nPPid:\t{ppid}\n")
-    (proc / pid / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in environ.items()) + b"\0")
+    (proc / pid / "status").write_text(f"Name:\t{comm}\nPPid:\t{ppid}\n")
+    (proc / pid / "comm").write_text(comm + "\n")
+    if environ is not None:
+        (proc / pid / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in environ.items()) + b"\0")
 
 
 def test_a_job_hidden_by_cleanenv_is_found_in_the_runtime_parent(tmp_path: Path):
@@ -79,6 +82,31 @@ def test_a_job_hidden_by_cleanenv_is_found_in_the_runtime_parent(tmp_path: Path)
     write_process(proc, "30", "1", {})
     what, fix = hidden_job(SIF, proc)
     assert "Slurm started" in what and "each rank would train alone" in what
-    assert fix.startswith("drop --cleanenv, or pass them: `apptainer exec --cleanenv --env-file <(env | grep")
+    assert fix == (
+        'drop --cleanenv/--containall, or pass them to each task: srun (or mpirun) bash -c "apptainer exec --cleanenv '
+        "--env-file <(export -p | grep -E ' (SLURM|OMPI|PMI|PMIX)_') IMAGE ...\""
+    )
     assert hidden_job({**SIF, **srun}, proc) is None  # not hidden: the rank sees them
     assert hidden_job({}, proc) is None  # not in a container
+
+
+def test_a_rank_that_slurmstepd_started_through_the_runtime_is_a_hidden_job(tmp_path: Path):
+    """`srun apptainer exec --cleanenv`, as /proc shows it inside the SIF: the rank, Apptainer's starter (a few
+    variables of its own), slurmstepd (no job variables: srun sets them only on the task)."""
+    proc = tmp_path / "proc"
+    write_process(proc, "self", "1603", SIF, "python")
+    write_process(proc, "1603", "1598", {"APPTAINER_X": "1"}, "starter")
+    write_process(proc, "1598", "1", None, "slurmstepd")
+    write_process(proc, "1", "0", None, "init")
+    what, _ = hidden_job(SIF, proc)
+    assert what.startswith("this is a rank that Slurm started, but apptainer hid its variables")
+
+
+def test_a_shell_between_the_task_and_the_container_is_not_a_job_rank(tmp_path: Path):
+    """`srun --pty bash`, then `apptainer exec --cleanenv ... train` by hand: one rank, on purpose."""
+    proc = tmp_path / "proc"
+    write_process(proc, "self", "50", SIF, "python")
+    write_process(proc, "50", "40", None, "starter")
+    write_process(proc, "40", "30", None, "bash")
+    write_process(proc, "30", "1", None, "slurmstepd")
+    assert hidden_job(SIF, proc) is None
