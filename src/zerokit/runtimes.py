@@ -75,9 +75,16 @@ RUNTIMES: dict[str, Runtime] = {
         _apptainer("singularity"),
         _docker_like("docker", ("--gpus", "all")),
         _docker_like("podman", ("--device", "nvidia.com/gpu=all")),  # CDI: nvidia-ctk cdi generate, once per node
-        # An image directory (ch-convert IMAGE DIR); GPUs: ch-fromhost --nvidia DIR, once. Bound paths must exist.
+        # A directory from `ch-convert IMAGE DIR` (--set-env: the image's ENV); GPUs: `ch-fromhost --nvidia DIR`.
+        # A bound path must exist in the image (/tmp is the host's).
         Runtime(
-            "charliecloud", ("ch-run",), (), ("--bind={path}:{path}",), ("--cd={path}",), True, image=("{image}", "--")
+            "charliecloud",
+            ("ch-run", "--set-env"),
+            (),
+            ("--bind={path}:{path}",),
+            ("--cd={path}",),
+            True,
+            image=("{image}", "--"),
         ),
         # enroot images through Slurm's pyxis plugin: srun's own options; the GPUs are srun's.
         Runtime(

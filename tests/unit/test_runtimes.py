@@ -31,7 +31,7 @@ def test_podman_words_are_dockers_with_cdi_gpus():
 
 def test_charliecloud_words_end_with_the_separator():
     words = RUNTIMES["charliecloud"].argv("/var/tmp/cpu", gpu=True, binds=["/job"], workdir="/job")
-    assert words == ["ch-run", "--bind=/job:/job", "--cd=/job", "/var/tmp/cpu", "--"]
+    assert words == ["ch-run", "--set-env", "--bind=/job:/job", "--cd=/job", "/var/tmp/cpu", "--"]
 
 
 def test_pyxis_words_are_srun_options():
