@@ -41,19 +41,14 @@ SIF ?= train.sif
 APPTAINER ?= $(firstword $(shell command -v apptainer singularity 2>/dev/null))
 
 # Smoke test of an image (see README): `zerokit smoke` inside it, the GPU passed in; SMOKE_DEVICE=cpu
-# runs the same steps on CPU ranks. IMAGE: a Docker tag, or for apptainer a .sif (or docker-daemon:TAG).
+# runs the same steps on CPU ranks. RUNTIME: one of src/zerokit/runtimes.py's table, which gives the words
+# (IMAGE: a Docker tag for docker/podman, a .sif for apptainer/singularity, a directory for charliecloud).
 IMAGE ?= $(TAG)
 RUNTIME ?= docker
 SMOKE_DEVICE ?= gpu
 SMOKE_OUT ?= runs/smoke
-SMOKE_ARGS = zerokit smoke --device $(SMOKE_DEVICE) --output /smoke
-GPU_FLAG_docker = --gpus all
-GPU_FLAG_apptainer = --nv
-GPU_FLAG = $(if $(filter gpu,$(SMOKE_DEVICE)),$(GPU_FLAG_$(RUNTIME)))
-# Docker runs as the caller, so the report belongs to them (HOME: the caller may have no home in the image).
-SMOKE_docker = $(DOCKER) run --rm $(GPU_FLAG) --shm-size=8g --user "$$(id -u):$$(id -g)" -e HOME=/tmp \
-  -v "$(abspath $(SMOKE_OUT)):/smoke" $(IMAGE) $(SMOKE_ARGS)
-SMOKE_apptainer = $(or $(APPTAINER),apptainer) exec $(GPU_FLAG) --bind "$(abspath $(SMOKE_OUT)):/smoke" $(IMAGE) $(SMOKE_ARGS)
+SMOKE_WORDS = DOCKER=$(DOCKER) APPTAINER=$(APPTAINER) $(PYTHON) src/zerokit/runtimes.py argv $(RUNTIME) $(IMAGE) \
+  $(if $(filter gpu,$(SMOKE_DEVICE)),--gpu) --bind $(abspath $(SMOKE_OUT)) --as-caller
 
 .PHONY: FORCE help sysdeps venv demo test lint lock clean image base-image sif smoke bench
 
@@ -130,10 +125,10 @@ sif:  ## turn image TAG into $(SIF) with Apptainer (or Singularity)
 	$(APPTAINER) build --force --build-arg IMAGE=$(TAG) --build-arg STACK=$(STACK) $(SIF) apptainer.def
 	@echo "make sif: $(SIF), $$(du -m $(SIF) | cut -f1) MiB"
 
-smoke:  ## smoke-test IMAGE on one GPU (SMOKE_DEVICE=cpu: on CPU; RUNTIME=apptainer); report in $(SMOKE_OUT)
-	$(if $(SMOKE_$(RUNTIME)),,$(error RUNTIME=$(RUNTIME): use docker or apptainer))
+smoke:  ## smoke-test IMAGE on one GPU (SMOKE_DEVICE=cpu: on CPU; RUNTIME=apptainer ...); report in $(SMOKE_OUT)
 	mkdir -p $(SMOKE_OUT)
-	$(SMOKE_$(RUNTIME))
+	words=$$($(SMOKE_WORDS)) && mapfile -t run <<<"$$words" && set -x && \
+	  "$${run[@]}" zerokit smoke --device $(SMOKE_DEVICE) --output $(abspath $(SMOKE_OUT))
 
 clean:  ## remove the environment and build outputs (not runs/)
 	rm -rf $(VENV) build
