@@ -12,9 +12,9 @@ import site
 import sys
 from collections.abc import Sequence
 
+from zerokit.container import hidden_job
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
-from zerokit.launch.container import hidden_job
 from zerokit.runtimes import inside
 
 # Variables an image must not take from the host; each value names what it would redirect.
