@@ -47,7 +47,7 @@ def launch_environment(environ: Mapping[str, str], scheduler: str | None) -> Clu
 
 def refuse_hidden_job(environ: Mapping[str, str]) -> None:
     """A rank whose container hid the job's variables must not run as a lone rank 0 of 1."""
-    from zerokit.launch.container import hidden_job
+    from zerokit.container import hidden_job
 
     if found := hidden_job(environ):
         what, fix = found
