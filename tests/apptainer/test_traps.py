@@ -38,6 +38,17 @@ def test_host_variables_of_loaded_modules_are_found(caller: Caller, sif: Path):
     assert doctor(caller, sif, "--cleanenv", env=passed_on_purpose)["container: host environment"]["status"] == "ok"
 
 
+def test_a_host_pythonhome_is_set_aside_and_reported(caller: Caller, sif: Path):
+    """A loaded Python module's PYTHONHOME would stop the image's Python before anything could say why."""
+    module = {"PYTHONHOME": "/opt/site/python-3.12"}
+    argv = ["apptainer", "exec", str(sif), "train", "--help"]
+    trained = caller.run(argv, cwd=caller.workdir(), env=caller.env(**module))
+    assert trained.returncode == 0 and "usage: train" in trained.stdout, trained.stderr[-2000:]
+    assert "zerokit: ignoring PYTHONHOME=/opt/site/python-3.12 from the host" in trained.stderr
+    row = doctor(caller, sif, env=module)["container: host environment"]
+    assert row["status"] == "fail" and "PYTHONHOME=/opt/site/python-3.12" in row["detail"], row
+
+
 def test_packages_in_the_callers_local_do_not_shadow_the_image(caller: Caller, sif: Path):
     site = caller.home / ".local" / "lib" / "python3.11" / "site-packages"
     (site / "torch").mkdir(parents=True, exist_ok=True)

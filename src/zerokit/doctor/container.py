@@ -19,12 +19,16 @@ from zerokit.runtimes import inside
 
 # Variables an image must not take from the host; each value names what it would redirect.
 LEAKS = ("PYTHONPATH", "PYTHONHOME", "CUDA_HOME", "LD_LIBRARY_PATH")
+# Where the entrypoints (entrypoints/zerokit) keep a host's PYTHONHOME that they set aside.
+HOST_PYTHONHOME = "ZEROKIT_HOST_PYTHONHOME"
 # What the runtime itself puts on LD_LIBRARY_PATH (Apptainer: --nv's driver libraries).
 RUNTIME_LIBRARY_DIRS = ("/.singularity.d/libs",)
 
 
 def leaked(ctx: Context) -> dict[str, str]:
     found = {name: ctx.environ[name] for name in LEAKS if ctx.environ.get(name)}
+    if ctx.environ.get(HOST_PYTHONHOME):  # set aside by the entrypoint, or Python would not have started
+        found["PYTHONHOME"] = ctx.environ[HOST_PYTHONHOME]
     libraries = [d for d in found.get("LD_LIBRARY_PATH", "").split(":") if d and d not in RUNTIME_LIBRARY_DIRS]
     if libraries:
         found["LD_LIBRARY_PATH"] = ":".join(libraries)

@@ -38,7 +38,9 @@ def test_module_variables_from_the_host_fail_with_cleanenv_as_the_fix(tmp_path: 
     }
     row = rows(environ)["container: host environment"]
     assert row.status == "fail"
-    assert row.detail.startswith("PYTHONPATH=/opt/m/py, CUDA_HOME=/opt/cuda, LD_LIBRARY_PATH=/opt/cuda/lib64 came in")
+    assert row.detail.startswith(
+        "PYTHONPATH=/opt/m/py, CUDA_HOME=/opt/cuda, LD_LIBRARY_PATH=/opt/cuda/lib64, PYTHONHOME=/opt/m came in"
+    )
     assert row.fix.startswith("`apptainer exec --cleanenv ...`")
 
 
