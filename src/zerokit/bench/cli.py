@@ -10,6 +10,7 @@ from pathlib import Path
 from zerokit import outputs
 from zerokit.bench.plan import SKIPPABLE, BenchConfig, PlainInputs, plan_runs
 from zerokit.errors import UserError
+from zerokit.launch.config import REMOTE_LAUNCHERS
 from zerokit.paths import PLAIN_SCRIPT
 
 
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--ranks", type=int_list, default=(1, 2), help="ranks per node, comma-separated (default: 1,2)")
     add("--nodes", type=int_list, default=(1,), help="node counts, comma-separated; above 1 needs --hostfile")
     add("--hostfile", help="hosts for multi-node runs, one per line; started over --launcher")
-    add("--launcher", choices=("pdsh", "mpirun"), default="pdsh", help="how launch reaches the other nodes")
+    add("--launcher", choices=REMOTE_LAUNCHERS, default="pdsh", help="how launch reaches the other nodes")
     add("--config", default="zero3", help="DeepSpeed config: a file or a bundled name (default: zero3)")
     add("--steps", type=int, default=60, help="optimizer steps per run (default: 60)")
     add("--warmup-steps", type=int, default=5, help="steps after the first left out of throughput (default: 5)")

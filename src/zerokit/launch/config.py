@@ -12,10 +12,11 @@ from zerokit.cluster import ENVIRONMENTS
 from zerokit.cluster.base import hostfile_lines_hosts, tcp_port, whole_number
 from zerokit.cluster.detect import NAMES as SCHEDULERS
 from zerokit.errors import UserError
+from zerokit.launch.head import HEAD_LAUNCHERS
 from zerokit.launch.local import DEFAULT_STOP_GRACE
 
-# Head-node launchers: start every node from here.
-REMOTE_LAUNCHERS = ("pdsh", "mpirun")
+# Head-node launchers: start every node from here (zerokit.launch.head).
+REMOTE_LAUNCHERS = tuple(HEAD_LAUNCHERS)
 # auto: detect where this process runs; a scheduler's name: require it (never fall back to one lone rank).
 LAUNCHERS = ("auto", *REMOTE_LAUNCHERS, *SCHEDULERS)
 # Commands that run as `python -m zerokit <name>` when named without `--`.

@@ -7,13 +7,12 @@ carries it out. Four modes:
 - exec:   this process is one rank (started by srun / mpirun / torchrun, or one rank alone): set
           the torch.distributed variables and become the target.
 - spawn:  this process is one node: start K local ranks (`--nproc-per-node K`).
-- remote: this is the head node: start one `launch` per host, over pdsh or mpirun.
+- remote: this is the head node: start the job on every host (zerokit.launch.head: pdsh, mpirun, mpiexec).
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import socket
 import sys
 from collections.abc import Callable, Mapping
@@ -22,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from zerokit.cluster.base import DEFAULT_PORT, ClusterEnvironment, port_from_job_id
 from zerokit.errors import UserError
 from zerokit.launch.config import LaunchConfig
+from zerokit.launch.head import HEAD_LAUNCHERS, HeadJob
 from zerokit.launch.local import Command, execute_commands
 from zerokit.nic import nic_env
 from zerokit.runtimes import inside
@@ -33,7 +33,7 @@ FORWARDED_NAMES = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "TRIT
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     mode: str  # "exec", "spawn" or "remote"
     environment: str  # the scheduler/launcher detected ("slurm", "openmpi", ...), "pdsh" or "local"
@@ -65,7 +65,7 @@ def plan(
     free_port: Callable[[], int],
 ) -> Plan:
     """The plan for this process. Raises UserError for a setup that cannot work, naming the fix."""
-    if config.launcher in ("pdsh", "mpirun"):
+    if config.launcher in HEAD_LAUNCHERS:
         return _remote_plan(config, cluster, environ, interface_to)
     if config.hosts:  # one node of a head-node launch: --hosts and --node-host came from the head
         if config.node_host not in config.hosts:
@@ -134,18 +134,18 @@ def _rank_plan(config, cluster, environ, cpu_count, interface_to) -> Plan:
     }
     nnodes = max(1, cluster.world_size // cluster.local_world_size)
     return Plan(
-        "exec",
-        cluster.name,
-        cluster.hosts,
-        nnodes,
-        cluster.node_rank,
-        cluster.local_world_size,
-        cluster.world_size,
-        main_address,
-        port,
-        ifname,
-        env,
-        (Command(config.target, {**env, **rank_env}),),
+        mode="exec",
+        environment=cluster.name,
+        hosts=cluster.hosts,
+        nnodes=nnodes,
+        node_rank=cluster.node_rank,
+        nproc_per_node=cluster.local_world_size,
+        world_size=cluster.world_size,
+        main_address=main_address,
+        main_port=port,
+        ifname=ifname,
+        env=env,
+        commands=(Command(config.target, {**env, **rank_env}),),
     )
 
 
@@ -169,92 +169,57 @@ def _node_plan(
         Command(config.target, {**env, **shared, "RANK": str(node_rank * nproc + i), "LOCAL_RANK": str(i)})
         for i in range(nproc)
     )
-    mode = "spawn" if nproc > 1 else "exec"
     return Plan(
-        mode, environment, hosts, nnodes, node_rank, nproc, world_size, main_address, port, ifname, env, commands
+        mode="spawn" if nproc > 1 else "exec",
+        environment=environment,
+        hosts=hosts,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        nproc_per_node=nproc,
+        world_size=world_size,
+        main_address=main_address,
+        main_port=port,
+        ifname=ifname,
+        env=env,
+        commands=commands,
     )
 
 
 def _remote_plan(config, cluster, environ, interface_to) -> Plan:
-    """remote: from the head node, one `launch` per host (pdsh), or every rank at once (mpirun)."""
+    """remote: from the head node, one `launch` per host (pdsh), or every rank at once (an MPI launcher)."""
     hosts = config.hosts_from_file or (cluster.hosts if cluster else ())
     if not hosts:
         raise UserError(f"--launcher {config.launcher} needs the hosts: pass --hostfile FILE (one host per line)")
+    launcher = HEAD_LAUNCHERS[config.launcher]
     nproc = config.nproc_per_node or 1
     main_address = config.master_addr or hosts[0]
-    job_id = cluster.job_id if cluster else None
-    port = config.master_port or port_from_job_id(job_id)
-    reenter = container_prefix(environ)
+    port = config.master_port or port_from_job_id(cluster.job_id if cluster else None)
     env = forwarded_env(environ)
-    common = ["--nproc-per-node", str(nproc), "--master-addr", main_address, "--master-port", str(port)]
-    if config.ifname:
-        common += ["--ifname", config.ifname]
-    launch = [*reenter, config.python, "-m", "zerokit", "launch"]
-    if config.launcher == "pdsh":
-        remote = [*launch, "--hosts", ",".join(hosts), "--node-host", "%h", *common, "--", *config.target]
-        line = f"cd {shlex.quote(config.workdir)} && env {_env_words(env)} {shlex.join(remote)}"
-        argv = (
-            "pdsh",
-            "-S",
-            "-R",
-            "exec",
-            "-f",
-            str(len(hosts)),
-            "-w",
-            ",".join(hosts),
-            "ssh",
-            "-o",
-            "BatchMode=yes",
-            "%h",
-            line,
-        )
-    else:
-        ifname = config.ifname or interface_to(main_address)
-        argv = (
-            "mpirun",
-            "-np",
-            str(len(hosts) * nproc),
-            "--host",
-            ",".join(f"{h}:{nproc}" for h in hosts),
-            "--map-by",
-            f"ppr:{nproc}:node",
-            "--mca",
-            "btl_tcp_if_include",
-            ifname,
-            "--mca",
-            "oob_tcp_if_include",
-            ifname,
-            "-wdir",
-            config.workdir,
-            *[word for name, value in sorted(env.items()) for word in ("-x", f"{name}={value}")],
-            "-x",
-            f"MASTER_ADDR={main_address}",
-            "-x",
-            f"MASTER_PORT={port}",
-            *launch,
-            "--ifname",
-            ifname,
-            "--",
-            *config.target,
-        )
-    return Plan(
-        "remote",
-        config.launcher,
-        hosts,
-        len(hosts),
-        0,
-        nproc,
-        len(hosts) * nproc,
-        main_address,
-        port,
-        config.ifname,
-        env,
-        (Command(argv, {}),),
+    job = HeadJob(
+        hosts=hosts,
+        nproc_per_node=nproc,
+        main_address=main_address,
+        main_port=port,
+        ifname=config.ifname or (interface_to(main_address) if launcher.needs_ifname else None),
+        workdir=config.workdir,
+        env=env,
+        launch=(*container_prefix(environ), config.python, "-m", "zerokit", "launch"),
+        target=config.target,
     )
-
-
-def _env_words(env: Mapping[str, str]) -> str:
-    return " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
+    return Plan(
+        mode="remote",
+        environment=config.launcher,
+        hosts=hosts,
+        nnodes=len(hosts),
+        node_rank=0,
+        nproc_per_node=nproc,
+        world_size=job.world_size,
+        main_address=main_address,
+        main_port=port,
+        ifname=config.ifname,
+        env=env,
+        commands=(Command(launcher.argv(job), {}),),
+    )
 
 
 def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:

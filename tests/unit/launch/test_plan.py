@@ -290,10 +290,51 @@ def test_mpirun_head_node_maps_ranks_per_node_on_the_interface(tmp_path):
     assert "-x" in argv and "MASTER_ADDR=node1" in argv and "OMP_NUM_THREADS=1" in argv
 
 
+def test_mpiexec_head_node_is_mpich_and_intel_mpis_hydra(tmp_path):
+    """Added as one entry of zerokit.launch.head.HEAD_LAUNCHERS: Hydra's -hosts/-ppn/-genv/-iface."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node1\nnode2\n")
+    p = make_plan(
+        [
+            "--launcher",
+            "mpiexec",
+            "--hostfile",
+            str(hostfile),
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "29501",
+            "train",
+        ],
+        {"OMP_NUM_THREADS": "1", "HF_TOKEN": "hf_secret"},
+        route="ib0",
+    )
+    argv = p.commands[0].argv
+    assert (p.mode, p.environment, p.world_size) == ("remote", "mpiexec", 4)
+    assert argv[:11] == ("mpiexec", "-n", "4", "-ppn", "2", "-hosts", "node1,node2", "-iface", "ib0", "-wdir", argv[10])
+    genv = {argv[i + 1]: argv[i + 2] for i, word in enumerate(argv) if word == "-genv"}
+    assert genv["MASTER_ADDR"] == "node1" and genv["MASTER_PORT"] == "29501" and genv["OMP_NUM_THREADS"] == "1"
+    assert "HF_TOKEN" not in genv  # tokens never go on a command line
+    assert argv[-11:] == (PY, "-m", "zerokit", "launch", "--ifname", "ib0", "--", PY, "-m", "zerokit", "train")
+
+
+def test_each_rank_that_mpiexec_starts_finds_itself_as_mpich():
+    """What Hydra sets in each rank (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, ...) plus the -genv variables."""
+    environ = {
+        "PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2",
+        "PMI_FD": "5", "MASTER_ADDR": "node1", "MASTER_PORT": "29501",
+    }  # fmt: skip
+    p = make_plan(["--ifname", "ib0", "--", "python", "x.py"], environ)
+    env = p.commands[0].env
+    assert (p.mode, p.environment) == ("exec", "mpich")
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"]) == ("3", "1", "4", "node1")
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--launcher", "pdsh", "train"], "needs --hostfile"),
+        (["--launcher", "mpiexec", "train"], "needs --hostfile"),
         (["--nproc-per-node", "0", "train"], "at least 1"),
         ([], "launch needs a command"),
         (["--hosts", "a,b", "train"], "go together"),
