@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 
 from zerokit.corpus import SAMPLE_PROMPTS
+from zerokit.flags import environ_defaults
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", default="zero3")
     parser.add_argument("--max-steps", type=int, default=300)
     parser.add_argument("--overwrite", action="store_true", help="replace the results of an earlier demo")
+    environ_defaults(parser, os.environ)
     return parser
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from zerokit.errors import UserError
+from zerokit.flags import environ_defaults
 from zerokit.model_source import is_path, require_model_folder, require_tokenizer_folder
 from zerokit.outputs import check_writable
 
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--batch-size", type=int, default=8, help="prompts per generate call")
     add("--output", type=Path, help="write jsonl here (default: print to stdout)")
     add("--overwrite", action="store_true", help="replace an existing --output file")
+    environ_defaults(parser, os.environ)
     return parser
 
 

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from zerokit.doctor.context import DEFAULT_STACK
+from zerokit.flags import environ_defaults
 
 
 @dataclass(frozen=True)
@@ -290,6 +291,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     parser.add_argument(
         "--stack", default=environ.get("ZEROKIT_STACK") or DEFAULT_STACK, help="stack of this environment"
     )
+    environ_defaults(parser, environ)
     return parser
 
 

@@ -10,6 +10,7 @@ kept: the checkpoint still resumes as before with its own rank count.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from zerokit.checkpoints import damage, is_universal
 from zerokit.errors import UserError
+from zerokit.flags import environ_defaults
 from zerokit.outputs import check_writable
 
 
@@ -50,6 +52,7 @@ def convert(checkpoint: Path) -> Path:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="zerokit universal", description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", type=Path, help="a checkpoint-N folder (e.g. runs/long/checkpoint-500)")
+    environ_defaults(parser, os.environ)
     args = parser.parse_args(argv)
     target = convert(args.checkpoint)
     print(f"universal: {target} written; `train --resume auto` (or a path) now loads it with any rank count")

@@ -15,7 +15,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 LAYERS: list[set[str]] = [
-    {"zerokit", "zerokit.errors", "zerokit.paths", "zerokit.corpus"},
+    {"zerokit", "zerokit.errors", "zerokit.paths", "zerokit.corpus", "zerokit.flags"},
     {
         "zerokit.stack", "zerokit.runtimes", "zerokit.outputs", "zerokit.checkpoints", "zerokit.model_source",
         "zerokit.hf_flags", "zerokit.data", "zerokit.embedded", "zerokit.lora", "zerokit.nic", "zerokit.step_clock",

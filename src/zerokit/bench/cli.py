@@ -10,6 +10,7 @@ from pathlib import Path
 from zerokit import outputs
 from zerokit.bench.plan import SKIPPABLE, BenchConfig, PlainInputs, plan_runs
 from zerokit.errors import UserError
+from zerokit.flags import environ_defaults
 from zerokit.launch.config import REMOTE_LAUNCHERS
 from zerokit.paths import PLAIN_SCRIPT
 
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--model", help="model to train (default: the embedded tiny GPT-2)")
     add("--dataset", help="text file to train on (default: the embedded corpus)")
     add("--block-size", type=int, help="tokens per sample (needed with --model for the overhead comparison)")
+    environ_defaults(parser, os.environ)
     return parser
 
 

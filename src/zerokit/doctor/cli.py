@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from zerokit.doctor.checks import CHECKS, check_id, run_checks
 from zerokit.doctor.context import DEFAULT_STACK, Context
 from zerokit.doctor.result import STATUSES, CheckResult
+from zerokit.flags import environ_defaults
 from zerokit.stack import load_stack
 
 STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
@@ -65,6 +66,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         choices=[check_id(c) for c in CHECKS],
         help=f"leave a check out (repeatable): {', '.join(check_id(c) for c in CHECKS)}",
     )
+    environ_defaults(parser, environ)
     return parser
 
 

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from zerokit.errors import UserError
+from zerokit.flags import environ_defaults
 
 
 def stage_parser() -> argparse.ArgumentParser:
@@ -31,6 +32,7 @@ def stage_parser() -> argparse.ArgumentParser:
     add("--dataset-config", help="dataset configuration name")
     add("--dataset-revision", help="dataset branch, tag or commit")
     add("--hf-home", type=Path, help="stage into this HF_HOME (default: $HF_HOME); the nodes must use the same")
+    environ_defaults(parser, os.environ)
     return parser
 
 
@@ -49,6 +51,7 @@ def tokenize_parser() -> argparse.ArgumentParser:
     add("--validation-split-percentage", type=int, default=5, help="eval split taken from train when none exists")
     add("--seed", type=int, default=42, help="seed of that split (train uses the same default)")
     add("--overwrite", action="store_true", help="replace an output folder that prepare wrote before")
+    environ_defaults(parser, os.environ)
     return parser
 
 

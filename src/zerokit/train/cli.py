@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from zerokit.errors import UserError
+from zerokit.flags import add_flags, from_namespace
 from zerokit.hf_flags import check_hf_flags
-from zerokit.lora import LORA_FORMAT, parse_lora
-from zerokit.paths import CONFIGS_DIR
-from zerokit.train.options import TrainOptions, resolve_ds_config
+from zerokit.lora import parse_lora
+from zerokit.train.options import TrainOptions
 from zerokit.train.run import train
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="train",
         allow_abbrev=False,  # a prefix (--learning_rat) is an unknown flag, not silently another one
@@ -27,79 +28,24 @@ def build_parser() -> argparse.ArgumentParser:
         "trains the embedded default (tiny GPT-2 on a generated corpus). Any TrainingArguments flag "
         "(--learning_rate, --max_steps, --bf16, ...) is passed through.",
     )
-    add = parser.add_argument
-    add(
-        "--config",
-        default="zero2",
-        help="DeepSpeed config: a JSON path or a bundled name "
-        f"({', '.join(sorted(p.stem for p in CONFIGS_DIR.glob('*.json')))}); 'none' trains without DeepSpeed",
-    )
-    add("--output-dir", "--output_dir", default="runs/train", help="where the model and results go")
-    add(
-        "--overwrite",
-        action="store_true",
-        help="write into an output folder that is not empty; an earlier run's files there are replaced, others kept",
-    )
-    add("--model", help="Hub id or local folder, loaded with from_pretrained")
-    add("--model-type", help="train from scratch from a fresh config of this type (e.g. gpt2, llama)")
-    add("--from-scratch", action="store_true", help="take only the config of --model; random weights")
-    add("--config-overrides", help='config changes for training from scratch, e.g. "n_layer=4,n_embd=128"')
-    add("--tokenizer", help="tokenizer Hub id or folder (default: the model's)")
-    add("--dataset", help="a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder or a Hub name")
-    add("--text-column", default="text", help="column holding the text in jsonl/csv/Arrow data")
-    add("--validation-split-percentage", type=int, default=5, help="eval split taken from train when none exists")
-    add("--block-size", type=int, help="tokens per training sequence (default: the model's maximum, at most 1024)")
-    add("--nproc-per-node", type=int, default=1, help="start this many local ranks (CPU cores or GPUs)")
-    add("--resume", metavar="auto|PATH", help="resume from a checkpoint; auto: the newest complete one, if any")
-    add("--lora", nargs="?", const="", metavar="SPEC", help=f"train LoRA adapters (peft): {LORA_FORMAT}")
-    add("--train-last-layers", type=int, metavar="N", help="train only the last N transformer layers")
-    add("--merge", action="store_true", help="with --lora: also write the base with the adapter merged into merged/")
-    add(
-        "--deterministic",
-        action="store_true",
-        help="full_determinism and, on CPU, torch's Adam: bit-exact resumes",
-    )
-    add("--streaming", action="store_true", help="tokenize --dataset on the fly, nothing written (needs --max_steps)")
-    add("--online", action="store_true", help="allow Hub downloads (default: offline, HF_HUB_OFFLINE=1)")
-    add("--timings-dir", type=Path, metavar="DIR", help="each rank writes step times and peak memory here (bench)")
+    add_flags(parser, TrainOptions, environ)
     return parser
 
 
-def parse(argv: list[str]) -> tuple[TrainOptions, list[str]]:
+def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[TrainOptions, list[str]]:
     """Split argv into zerokit's options (validated) and the TrainingArguments flags."""
-    parser = build_parser()
+    parser = build_parser(environ)
     namespace, hf_argv = parser.parse_known_args(argv)
     check_hf_flags(hf_argv, [flag for action in parser._actions for flag in action.option_strings])
-    if namespace.nproc_per_node < 1:
-        raise UserError(f"--nproc-per-node must be at least 1, got {namespace.nproc_per_node}")
-    if namespace.block_size is not None and namespace.block_size < 1:
-        raise UserError(f"--block-size must be at least 1, got {namespace.block_size}")
-    if not 0 <= namespace.validation_split_percentage < 100:
-        percent = namespace.validation_split_percentage
+    options = from_namespace(TrainOptions, namespace)
+    if options.nproc_per_node < 1:
+        raise UserError(f"--nproc-per-node must be at least 1, got {options.nproc_per_node}")
+    if options.block_size is not None and options.block_size < 1:
+        raise UserError(f"--block-size must be at least 1, got {options.block_size}")
+    if not 0 <= options.validation_split_percentage < 100:
+        percent = options.validation_split_percentage
         raise UserError(f"--validation-split-percentage must be from 0 to 99, got {percent}")
-    options = TrainOptions(
-        ds_config=resolve_ds_config(namespace.config),
-        output_dir=Path(namespace.output_dir),
-        overwrite=namespace.overwrite,
-        model=namespace.model,
-        model_type=namespace.model_type,
-        from_scratch=namespace.from_scratch,
-        config_overrides=namespace.config_overrides,
-        tokenizer=namespace.tokenizer,
-        dataset=namespace.dataset,
-        text_column=namespace.text_column,
-        validation_split_percentage=namespace.validation_split_percentage,
-        block_size=namespace.block_size,
-        nproc_per_node=namespace.nproc_per_node,
-        resume=namespace.resume,
-        lora=namespace.lora,
-        train_last_layers=namespace.train_last_layers,
-        merge=namespace.merge,
-        deterministic=namespace.deterministic,
-        online=namespace.online,
-        streaming=namespace.streaming,
-        timings_dir=namespace.timings_dir,
-    )
+    _ = options.ds_config  # a missing or broken DeepSpeed config fails now
     if options.streaming and not options.dataset:
         raise UserError("--streaming needs --dataset (the embedded corpus is small)")
     check_fine_tuning(options)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from zerokit.errors import UserError
+from zerokit.flags import flag
+from zerokit.lora import LORA_FORMAT
 from zerokit.paths import CONFIGS_DIR
 
 # Defaults for the embedded default job (tiny model, generated corpus), sized for a 2-core CPU.
@@ -33,29 +36,87 @@ TRAINING_DEFAULTS = {
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """zerokit's own `train` flags (the TrainingArguments ones are kept apart)."""
+    """zerokit's own `train` flags, each defined once here (zerokit.flags); the TrainingArguments ones
+    are kept apart and go to Hugging Face."""
 
-    ds_config: Path | None
-    output_dir: Path
-    overwrite: bool
-    model: str | None
-    model_type: str | None
-    from_scratch: bool
-    config_overrides: str | None
-    tokenizer: str | None
-    dataset: str | None
-    text_column: str
-    validation_split_percentage: int
-    block_size: int | None
-    nproc_per_node: int
-    resume: str | None = None
-    lora: str | None = None
-    train_last_layers: int | None = None
-    merge: bool = False
-    deterministic: bool = False
-    timings_dir: Path | None = None
-    online: bool = False
-    streaming: bool = False
+    config: str = flag(
+        "--config",
+        default="zero2",
+        help="DeepSpeed config: a JSON path or a bundled name "
+        f"({', '.join(sorted(p.stem for p in CONFIGS_DIR.glob('*.json')))}); 'none' trains without DeepSpeed",
+    )
+    output_dir: Path = flag(
+        "--output-dir", "--output_dir", default=Path("runs/train"), type=Path, help="where the model and results go"
+    )
+    overwrite: bool = flag(
+        "--overwrite",
+        default=False,
+        action="store_true",
+        help="write into an output folder that is not empty; an earlier run's files there are replaced, others kept",
+    )
+    model: str | None = flag("--model", help="Hub id or local folder, loaded with from_pretrained")
+    model_type: str | None = flag(
+        "--model-type", help="train from scratch from a fresh config of this type (e.g. gpt2, llama)"
+    )
+    from_scratch: bool = flag(
+        "--from-scratch", default=False, action="store_true", help="take only the config of --model; random weights"
+    )
+    config_overrides: str | None = flag(
+        "--config-overrides", help='config changes for training from scratch, e.g. "n_layer=4,n_embd=128"'
+    )
+    tokenizer: str | None = flag("--tokenizer", help="tokenizer Hub id or folder (default: the model's)")
+    dataset: str | None = flag(
+        "--dataset", help="a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder or a Hub name"
+    )
+    text_column: str = flag("--text-column", default="text", help="column holding the text in jsonl/csv/Arrow data")
+    validation_split_percentage: int = flag(
+        "--validation-split-percentage", default=5, type=int, help="eval split taken from train when none exists"
+    )
+    block_size: int | None = flag(
+        "--block-size", type=int, help="tokens per training sequence (default: the model's maximum, at most 1024)"
+    )
+    # Not from ZEROKIT_NPROC_PER_NODE: that is launch's, and every rank that launch starts would spawn again.
+    nproc_per_node: int = flag(
+        "--nproc-per-node", default=1, type=int, env=False, help="start this many local ranks (CPU cores or GPUs)"
+    )
+    resume: str | None = flag(
+        "--resume", metavar="auto|PATH", help="resume from a checkpoint; auto: the newest complete one, if any"
+    )
+    lora: str | None = flag(
+        "--lora", nargs="?", const="", metavar="SPEC", help=f"train LoRA adapters (peft): {LORA_FORMAT}"
+    )
+    train_last_layers: int | None = flag(
+        "--train-last-layers", type=int, metavar="N", help="train only the last N transformer layers"
+    )
+    merge: bool = flag(
+        "--merge",
+        default=False,
+        action="store_true",
+        help="with --lora: also write the base with the adapter merged into merged/",
+    )
+    deterministic: bool = flag(
+        "--deterministic",
+        default=False,
+        action="store_true",
+        help="full_determinism and, on CPU, torch's Adam: bit-exact resumes",
+    )
+    streaming: bool = flag(
+        "--streaming",
+        default=False,
+        action="store_true",
+        help="tokenize --dataset on the fly, nothing written (needs --max_steps)",
+    )
+    online: bool = flag(
+        "--online", default=False, action="store_true", help="allow Hub downloads (default: offline, HF_HUB_OFFLINE=1)"
+    )
+    timings_dir: Path | None = flag(
+        "--timings-dir", type=Path, metavar="DIR", help="each rank writes step times and peak memory here (bench)"
+    )
+
+    @cached_property
+    def ds_config(self) -> Path | None:
+        """The DeepSpeed config file (checked), or None for --config none."""
+        return resolve_ds_config(self.config)
 
     @property
     def embedded(self) -> bool:
