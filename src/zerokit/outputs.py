@@ -135,11 +135,16 @@ def remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def existing_parent(path: Path) -> Path:
+    """path, or its nearest parent that exists (what a new folder's free space and permissions are)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def check_writable(folder: Path, flag: str) -> None:
     """The folder, or the nearest parent that exists, must be writable: found now, not after training."""
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = existing_parent(folder)
     if not existing.is_dir():
         raise UserError(f"{flag} {folder}: {existing} is a file, not a folder: pick another {flag}")
     if not os.access(existing, os.W_OK | os.X_OK):

@@ -26,6 +26,7 @@ from transformers import Trainer, TrainerCallback
 
 from zerokit.checkpoints import PREFIX, STAGING_PREFIX, newest_complete_checkpoint, publish, rotate
 from zerokit.errors import RunFailure
+from zerokit.outputs import existing_parent
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # What torch's and DeepSpeed's writers say when a write fails (the errno is lost on the way).
@@ -160,9 +161,3 @@ def disk_full(error: BaseException, folder: Path) -> bool:
             return shutil.disk_usage(existing_parent(folder)).free < 64 * 2**20
         seen = seen.__cause__ or seen.__context__
     return False
-
-
-def existing_parent(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path

@@ -163,7 +163,9 @@ def check_free_space(output_dir: Path, model, saves_checkpoints: bool) -> None:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     # fp32 weights; a checkpoint adds fp32 weights and Adam's two moments of what is trained.
     needed = 4 * total + (4 * total + 8 * trainable if saves_checkpoints else 0)
-    free = shutil.disk_usage(output_dir).free
+    from zerokit.outputs import existing_parent
+
+    free = shutil.disk_usage(existing_parent(output_dir)).free
     if free < needed:
         raise UserError(
             f"--output-dir {output_dir} has {free / 2**20:.0f} MiB free, and the model"
