@@ -53,6 +53,18 @@ class PreemptionCallback(TrainerCallback):
         flag = self.received is not None
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
             return flag
-        tensor = torch.tensor([int(flag)], device=args.device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return bool(tensor.item())
+        return any_rank(torch.tensor([int(flag)], device=args.device))
+
+
+def any_rank(flag) -> bool:
+    """Whether a one-element flag tensor (on this rank's device) is set on any rank: one all-reduce.
+
+    Every rank must call it at the same step; outside a process group it is this rank's flag.
+    """
+    import torch
+    import torch.distributed as dist
+
+    flag = flag.to(torch.int32).reshape(1)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())

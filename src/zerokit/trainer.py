@@ -27,6 +27,7 @@ from transformers import Trainer, TrainerCallback
 from zerokit.checkpoints import PREFIX, STAGING_PREFIX, newest_complete_checkpoint, publish, rotate
 from zerokit.errors import RunFailure
 from zerokit.outputs import existing_parent
+from zerokit.preemption import any_rank
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # What torch's and DeepSpeed's writers say when a write fails (the errno is lost on the way).
@@ -67,14 +68,7 @@ class FiniteLossGuard(TrainerCallback):
         return control
 
     def check(self, step: int, output_dir: str) -> None:
-        if self._bad is None:
-            return
-        import torch.distributed as dist
-
-        flag = self._bad.to(torch.int32).reshape(1)
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        if flag.item():
+        if self._bad is not None and any_rank(self._bad):
             raise diverged("the loss", step, output_dir)
 
 
