@@ -21,7 +21,10 @@ LAYERS: list[set[str]] = [
         "zerokit.hf_flags", "zerokit.data", "zerokit.embedded", "zerokit.lora", "zerokit.nic", "zerokit.step_clock",
         "zerokit.hub_cache", "zerokit.cluster", "zerokit.ops_gate", "zerokit.container",
     },
-    {"zerokit.doctor", "zerokit.offline", "zerokit.trainer", "zerokit.preemption", "zerokit.prepare"},
+    {
+        "zerokit.doctor", "zerokit.offline", "zerokit.trainer", "zerokit.preemption", "zerokit.prepare",
+        "zerokit.healthcheck",
+    },
     {"zerokit.launch", "zerokit.train"},
     {
         "zerokit.train.cli", "zerokit.bench", "zerokit.demo", "zerokit.smoke", "zerokit.generate",

@@ -12,6 +12,7 @@ from zerokit.cluster import ENVIRONMENTS
 from zerokit.cluster.base import hostfile_lines_hosts, tcp_port, whole_number
 from zerokit.cluster.detect import NAMES as SCHEDULERS
 from zerokit.errors import UserError
+from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckOptions, factor, seconds
 from zerokit.launch.head import HEAD_LAUNCHERS
 from zerokit.launch.local import DEFAULT_STOP_GRACE
 
@@ -41,6 +42,11 @@ class LaunchConfig:
     print_command: bool
     preflight: bool
     stop_grace: float  # seconds between passing a stop signal on to the ranks and killing them
+    check: CheckOptions | None = None  # --check/--check-only: every rank runs the health check first
+
+    @property
+    def check_only(self) -> bool:
+        return self.check is not None and not self.check.target
 
     @property
     def scheduler(self) -> str | None:
@@ -97,8 +103,35 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="on SIGTERM/SIGINT, or when a rank fails, the other ranks get SIGTERM and, SECONDS later, SIGKILL "
         f"(default {DEFAULT_STOP_GRACE:g}: time for train's checkpoint, under Slurm's KillWait of 30)",
     )
+    add(
+        "--check",
+        action="store_true",
+        default=env("CHECK") == "1",
+        help="every rank first runs the allocation's health check (rendezvous, collectives, every node pair's "
+        "link, the nodes' facts); the command starts only if it passes",
+    )
+    add(
+        "--check-only",
+        action="store_true",
+        default=env("CHECK_ONLY") == "1",
+        help="run the health check and exit (no command needed): 0 when it passed, 1 naming the bad node",
+    )
+    add(
+        "--check-timeout",
+        metavar="SECONDS",
+        default=env("CHECK_TIMEOUT", f"{DEFAULT_TIMEOUT:g}"),
+        help=f"bound on each wait of the health check: a rank that never arrives is named after it "
+        f"(default {DEFAULT_TIMEOUT:g}; the whole check ends by twice this)",
+    )
+    add(
+        "--check-slow-factor",
+        metavar="F",
+        default=env("CHECK_SLOW_FACTOR", f"{DEFAULT_SLOW_FACTOR:g}"),
+        help="the health check names a node whose best link is F times slower than the median node's "
+        f"(default {DEFAULT_SLOW_FACTOR:g})",
+    )
     add("--dry-run", action="store_true", help="print the plan and run nothing")
-    add("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    add("--json", action="store_true", help="with --dry-run: the plan as JSON; with --check: the report as JSON")
     add(
         "--print-command",
         action="store_true",
@@ -150,8 +183,18 @@ def parse(argv: Sequence[str], environ: Mapping[str, str], python: str) -> Launc
         raise UserError("--print-command prints a head-node command: add --launcher mpirun (or pdsh) --hostfile FILE")
     if bool(args.hosts) != bool(args.node_host):
         raise UserError("--hosts and --node-host go together (a head-node launch sets both)")
+    target = () if args.check_only and not args.command else target_argv(args.command, python)
+    if args.check_only and target:
+        raise UserError("--check-only runs no command: drop the command, or use --check to run it after the check")
+    checking = args.check or args.check_only
+    options = CheckOptions(
+        timeout=seconds(args.check_timeout, "--check-timeout (ZEROKIT_CHECK_TIMEOUT)"),
+        slow_factor=factor(args.check_slow_factor, "--check-slow-factor (ZEROKIT_CHECK_SLOW_FACTOR)"),
+        as_json=args.json,
+        target=target,
+    )
     return LaunchConfig(
-        target=target_argv(args.command, python),
+        target=target,
         nproc_per_node=nproc,
         launcher=args.launcher,
         hosts_from_file=read_hostfile(args.hostfile) if args.hostfile else (),
@@ -167,6 +210,7 @@ def parse(argv: Sequence[str], environ: Mapping[str, str], python: str) -> Launc
         print_command=args.print_command,
         preflight=not args.no_preflight,
         stop_grace=_seconds(args.stop_grace, "--stop-grace (ZEROKIT_STOP_GRACE)"),
+        check=options if checking else None,
     )
 
 

@@ -16,10 +16,11 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from zerokit.cluster.base import DEFAULT_PORT, ClusterEnvironment, port_from_job_id
 from zerokit.errors import UserError
+from zerokit.healthcheck.command import rank_argv
 from zerokit.launch.config import LaunchConfig
 from zerokit.launch.head import HEAD_LAUNCHERS, HeadJob
 from zerokit.launch.local import Command, execute_commands
@@ -31,6 +32,8 @@ from zerokit.runtimes import inside
 FORWARDED_PREFIXES = ("ZEROKIT_", "HF_", "NCCL_", "GLOO_", "TORCH_", "TRANSFORMERS_", "DS_", "CUDA_", "OMP_")
 FORWARDED_NAMES = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "TRITON_CACHE_DIR")
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+# Not forwarded: the head node's launch wraps the target in the check once; the nodes must not again.
+HEAD_ONLY_PREFIXES = ("ZEROKIT_CHECK",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +68,23 @@ def plan(
     free_port: Callable[[], int],
 ) -> Plan:
     """The plan for this process. Raises UserError for a setup that cannot work, naming the fix."""
+    if config.check is not None and config.launcher not in HEAD_LAUNCHERS:
+        return _with_check(_plan(config, cluster, environ, cpu_count, interface_to, free_port), config)
+    return _plan(config, cluster, environ, cpu_count, interface_to, free_port)
+
+
+def _with_check(plan: Plan, config: LaunchConfig) -> Plan:
+    """Each rank runs the health check (zerokit.healthcheck), which then execs its command if it passed."""
+    wrap = rank_argv(config.python, replace(config.check, hosts=plan.hosts))
+    return replace(plan, commands=tuple(replace(c, argv=wrap) for c in plan.commands))
+
+
+def checked_target(config: LaunchConfig, hosts: tuple[str, ...]) -> tuple[str, ...]:
+    """What a head-node launch starts on every rank: the target, behind the check when one is asked for."""
+    return config.target if config.check is None else rank_argv(config.python, replace(config.check, hosts=hosts))
+
+
+def _plan(config, cluster, environ, cpu_count, interface_to, free_port) -> Plan:
     if config.launcher in HEAD_LAUNCHERS:
         return _remote_plan(config, cluster, environ, interface_to)
     if config.hosts:  # one node of a head-node launch: --hosts and --node-host came from the head
@@ -204,7 +224,7 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
         workdir=config.workdir,
         env=env,
         launch=(*container_prefix(environ), config.python, "-m", "zerokit", "launch"),
-        target=config.target,
+        target=checked_target(config, hosts),
     )
     return Plan(
         mode="remote",
@@ -234,7 +254,9 @@ def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
     env = {
         name: value
         for name, value in environ.items()
-        if (name in names or name.startswith(FORWARDED_PREFIXES)) and not any(m in name for m in SECRET_MARKERS)
+        if (name in names or name.startswith(FORWARDED_PREFIXES))
+        and not any(m in name for m in SECRET_MARKERS)
+        and not name.startswith(HEAD_ONLY_PREFIXES)
     }
     if found and environ.get(found[0].host_path):
         env["PATH"] = environ[found[0].host_path]

@@ -1,0 +1,157 @@
+"""What each rank reports about its node: identity (versions, image, lock) to compare, and resources to show.
+
+Identity facts must be the same on every node (IDENTITY names them); a node that differs from the
+majority is named. Read without importing DeepSpeed (package metadata), GPU facts from torch and,
+where present, nvidia-smi (NVML's command line: driver, clocks, ECC); none of it may fail the check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+
+import zerokit
+from zerokit.paths import STACKS_DIR
+from zerokit.runtimes import inside
+
+# Facts every node must share; the others (memory, /dev/shm, clocks) are shown, not compared.
+IDENTITY = (
+    "zerokit", "commit", "stack", "lock_sha256", "image", "python", "torch", "deepspeed", "nccl", "cuda",
+    "gpu_model", "gpu_count", "driver",
+)  # fmt: skip
+NVIDIA_SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "ecc.errors.uncorrected.volatile.total")
+
+
+def node_facts(environ: Mapping[str, str], torch) -> dict:
+    stack = environ.get("ZEROKIT_STACK") or "cpu"
+    lock = STACKS_DIR.parent / "lock" / f"{stack}.txt"
+    found = inside(environ)
+    facts = {
+        "host": socket.gethostname(),
+        "interface": environ.get("NCCL_SOCKET_IFNAME") or environ.get("GLOO_SOCKET_IFNAME") or "default",
+        "zerokit": zerokit.__version__,
+        "commit": environ.get("ZEROKIT_COMMIT") or git_commit(Path(zerokit.__file__).resolve().parents[2]),
+        "stack": stack,
+        "lock_sha256": file_sha256(lock),
+        "image": f"{found[0].name}:{found[1]}" if found else "none (host)",
+        "python": environ.get("ZEROKIT_PYTHON_VERSION") or _python(),
+        "torch": torch.__version__,
+        "deepspeed": _version("deepspeed"),
+        "mem_available": mem_available(),
+        "shm_bytes": shm_bytes(),
+        "cpus": os.cpu_count() or 0,
+        **gpu_facts(torch),
+    }
+    return facts
+
+
+def git_commit(folder: Path) -> str:
+    """The checkout's commit, read from .git (no git needed); "-" outside a checkout (an image)."""
+    git = folder / ".git"
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head[:12]
+        ref = head[5:]
+        if (git / ref).is_file():
+            return (git / ref).read_text().strip()[:12]
+        for line in (git / "packed-refs").read_text().splitlines():
+            if line.endswith(" " + ref):
+                return line.split()[0][:12]
+    except OSError:
+        pass
+    return "-"
+
+
+def file_sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return "missing"
+
+
+def mem_available(meminfo: Path = Path("/proc/meminfo")) -> int:
+    """Bytes of MemAvailable (0 when unreadable)."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def shm_bytes(path: str = "/dev/shm") -> int:
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return 0
+    return stat.f_blocks * stat.f_frsize
+
+
+def gpu_facts(torch) -> dict:
+    """GPU model/count from torch, NCCL's version; driver, clocks and ECC from nvidia-smi where present."""
+    if not torch.cuda.is_available():
+        return {"gpu_count": 0, "gpu_model": "-", "nccl": "-", "cuda": torch.version.cuda or "-", "driver": "-"}
+    count = torch.cuda.device_count()
+    nccl = torch.cuda.nccl.version()
+    facts = {
+        "gpu_count": count,
+        "gpu_model": torch.cuda.get_device_name(0),
+        "nccl": ".".join(str(part) for part in nccl) if isinstance(nccl, tuple) else str(nccl),
+        "cuda": torch.version.cuda or "-",
+        "driver": "-",
+    }
+    rows = nvidia_smi_rows()
+    if rows:
+        facts["driver"] = rows[0]["driver_version"]
+        facts["sm_clocks_mhz"] = [_number(r["clocks.sm"]) for r in rows]
+        facts["sm_max_clocks_mhz"] = [_number(r["clocks.max.sm"]) for r in rows]
+        facts["ecc_uncorrected"] = [_number(r["ecc.errors.uncorrected.volatile.total"]) for r in rows]
+    return facts
+
+
+def nvidia_smi_rows() -> list[dict[str, str]]:
+    if shutil.which("nvidia-smi") is None:
+        return []
+    argv = ["nvidia-smi", f"--query-gpu={','.join(NVIDIA_SMI_FIELDS)}", "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return parse_nvidia_smi(out)
+
+
+def parse_nvidia_smi(text: str) -> list[dict[str, str]]:
+    rows = []
+    for line in text.splitlines():
+        values = [v.strip() for v in line.split(",")]
+        if len(values) == len(NVIDIA_SMI_FIELDS):
+            rows.append(dict(zip(NVIDIA_SMI_FIELDS, values, strict=True)))
+    return rows
+
+
+def _number(text: str) -> int | None:
+    try:
+        return int(float(text))
+    except ValueError:  # "[N/A]" (ECC off, a clock not reported)
+        return None
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _python() -> str:
+    import sys
+
+    return sys.version.split()[0]
