@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from zerokit.doctor.checks import CHECKS, check_id, run_checks
 from zerokit.doctor.context import DEFAULT_STACK, Context
@@ -26,6 +27,7 @@ class Options:
     json: bool
     strict: str | None  # None, "fail" or "warn": the lowest status that makes the exit code 1
     skip: frozenset[str]
+    against: Path | None = None  # a run record to compare with, instead of the checks
 
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -49,6 +51,13 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="exit 1 if any check fails; --strict=warn: also if any warns",
     )
     add("--json", action="store_true", help="print the results as a JSON list instead of a table")
+    add(
+        "--against",
+        type=Path,
+        metavar="RECORD",
+        help="instead of the checks: compare this environment with a run's zerokit-run.json (or its folder), "
+        "one line per difference; exit 1 if any",
+    )
     add("--require-gpu", action="store_true", help="no visible GPU is a fail, not a warning")
     add("--model", help="check that this Hub model (or local folder) is complete in the HF cache")
     add("--dataset", help="check that this Hub dataset (or local file/folder) is available offline")
@@ -81,7 +90,7 @@ def parse(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         ifname=args.ifname,
         multi_node=args.multi_node,
     )
-    return Options(context=context, json=args.json, strict=args.strict, skip=frozenset(args.skip))
+    return Options(context=context, json=args.json, strict=args.strict, skip=frozenset(args.skip), against=args.against)
 
 
 def exit_code(results: Sequence[CheckResult], strict: str | None) -> int:
@@ -116,6 +125,10 @@ def print_table(results: Sequence[CheckResult], footer: str) -> None:
 def main(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     environ = os.environ if environ is None else environ
     options = parse(argv, environ)
+    if options.against is not None:
+        from zerokit.doctor.against import run_against
+
+        return run_against(options.against, environ, as_json=options.json)
     started = time.monotonic()
     checks = [c for c in CHECKS if check_id(c) not in options.skip]
     with contextlib.redirect_stdout(
