@@ -28,7 +28,6 @@ from zerokit.train.options import (
 def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     """Build everything and train; called once per rank."""
     from zerokit.launch.environment import ensure_rank_env
-    from zerokit.startup_marks import mark
 
     ensure_rank_env(os.environ)
     warnings.filterwarnings("ignore", category=FutureWarning)
@@ -37,11 +36,10 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     from transformers.trainer_utils import enable_full_determinism
 
     from zerokit.checkpoints import needs_universal_load, resolve_resume
-    from zerokit.preemption import BENCH_WITHOUT_VARIABLE, PreemptionCallback
+    from zerokit.preemption import PreemptionCallback
     from zerokit.run_record import RunRecorder
     from zerokit.trainer import FiniteLossGuard, ZerokitTrainer
 
-    mark("imports")
     preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
     skipped: list[str] = []
     resume = resolve_resume(options.resume, options.output_dir, skipped)
@@ -66,9 +64,7 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     (args,) = parser.parse_args_into_dataclasses([*training_flags, *forced])
     if options.streaming and args.max_steps <= 0:
         raise UserError("--streaming has no length to plan epochs from: pass --max_steps N")
-    mark("arguments")
     join_process_group(args, deepspeed=options.ds_config is not None)
-    mark("process_group")
     record = claim_output_dir(options, resume, args.process_index)
     if args.full_determinism:
         enable_full_determinism(args.seed)
@@ -76,13 +72,10 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
         set_seed(args.seed)
 
     tokenizer = load_tokenizer(options)
-    mark("tokenizer")
     model = fine_tuning(options, load_model(options, tokenizer), args)
-    mark("model")
     check_free_space(options.output_dir, model, saves_checkpoints=args.save_strategy != "no")
     datasets = load_datasets(options, tokenizer, model, args)
-    mark("data")
-    callbacks = [] if os.environ.get(BENCH_WITHOUT_VARIABLE) == "1" else [preemption]
+    callbacks = [preemption]
     if options.timings_dir:
         from zerokit.step_clock import StepClock
 
@@ -108,7 +101,6 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
         data_collator=default_data_collator,
         callbacks=callbacks,
     )
-    mark("trainer")
     if args.process_index == 0:
         for note in skipped:
             print(f"zerokit: {note}", file=sys.stderr, flush=True)
