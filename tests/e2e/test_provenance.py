@@ -1,0 +1,132 @@
+"""zerokit-run.json on a real run: every field filled, in the output folder and each checkpoint, the
+resume chain, no secret; `doctor --against` it passes here and names planted differences (another
+DeepSpeed config value, another lock, another NCCL setting), one line each.
+
+Two short 2-rank ZeRO-3 runs on CPU (the second resumes the first) and three doctor runs: about 1.5 min.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_zerokit
+from zerokit.checkpoints import SIZES_NAME, damage
+from zerokit.outputs import read_record
+
+SECRET = "hf_provenanceTestMarker123"
+
+
+def train(output: Path, config: Path, env: dict[str, str], steps: int, *extra: str):
+    argv = ["train", "--config", str(config), "--nproc-per-node", "2", "--output-dir", str(output)]
+    argv += ["--max_steps", str(steps), "--per_device_train_batch_size", "8", "--save_strategy", "steps"]
+    result = run_zerokit([*argv, "--save_steps", "2", *extra], env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def doctor(record: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return run_zerokit(["doctor", "--against", str(record)], env, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
+    """A run of 4 steps resumed to 6, with a copy of zero3.json as its config."""
+    tmp = tmp_path_factory.mktemp("provenance")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env.update(  # as tests.conftest.zk_env, for a fixture shared by the module's tests
+        PYTHONPATH=str(REPO / "src"),
+        ZEROKIT_CACHE=str(tmp / "zerokit-cache"),
+        HF_HOME=str(tmp / "hf-home"),
+        TORCH_EXTENSIONS_DIR=str(tmp / "torch-extensions"),
+        HF_HUB_OFFLINE="1",
+        PYTHONWARNINGS="ignore",
+    )
+    env.update(NCCL_DEBUG="WARN", HF_TOKEN=SECRET)
+    config = tmp / "ds.json"
+    shutil.copy(REPO / "configs" / "zero3.json", config)
+    output = tmp / "run"
+    train(output, config, env, 4)
+    first = json.loads((output / "zerokit-run.json").read_text())
+    train(output, config, env, 6, "--resume", "auto")
+    return output, config, {**env, "_first_started_at": first["started_at"]}
+
+
+def test_the_record_holds_every_field_with_real_values(run):
+    output, config, _ = run
+    text = (output / "zerokit-run.json").read_text()
+    assert SECRET not in text and "HF_TOKEN" not in text
+    record = json.loads(text)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    lock = REPO / "containers" / "lock" / "cpu.txt"
+    import deepspeed
+    import torch
+
+    assert record["image"] == {"kind": "host", "python_prefix": record["image"]["python_prefix"]}
+    assert record["stack"] == "cpu"
+    assert record["lock"]["sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
+    assert record["zerokit"]["commit"] == head and record["zerokit"]["version"]
+    assert record["versions"]["torch"] == torch.__version__
+    assert record["versions"]["deepspeed"] == deepspeed.__version__
+    assert record["versions"]["cuda"] is None and record["versions"]["nccl"] is None  # a CPU build of torch
+    assert {"cpu_adam", "fused_adam"} <= set(record["prebuilt_ops"])
+    launcher = record["launcher"]
+    assert launcher["world_size"] == 2 and launcher["hosts"] and launcher["scheduler"] and launcher["interface"]
+    assert "--max_steps" in record["argv"] and "6" in record["argv"]
+    assert record["started_at"] < record["ended_at"] and record["final_step"] == 6
+    assert record["environment"]["NCCL_DEBUG"] == "WARN"
+    ds = record["deepspeed"]
+    assert ds["file"] == str(config.resolve()) and ds["still_auto"] == []
+    assert ds["resolved"]["train_batch_size"] == 16  # "auto": 8 per rank x 2 ranks
+    assert ds["resolved"]["zero_optimization"]["stage"] == 3
+    assert "auto" not in json.dumps(ds["resolved"])
+
+
+def test_each_checkpoint_carries_the_record_and_its_resume_chain(run):
+    output, _, env = run
+    for step in (4, 6):
+        checkpoint = output / f"checkpoint-{step}"
+        record = json.loads((checkpoint / "zerokit-run.json").read_text())
+        assert record["checkpoint"]["step"] == step
+        assert "zerokit-run.json" in json.loads((checkpoint / SIZES_NAME).read_text())
+        assert damage(checkpoint) is None
+    (link,) = json.loads((output / "checkpoint-6" / "zerokit-run.json").read_text())["resumed_from"]
+    assert link["checkpoint"] == str((output / "checkpoint-4").resolve()) and link["step"] == 4
+    assert link["run_started_at"] == env["_first_started_at"]
+    assert "zerokit-run.json" in read_record(output).owned  # --overwrite removes it with the run's files
+
+
+def test_doctor_against_the_record_passes_here_and_names_planted_differences(run, tmp_path: Path):
+    output, config, env = run
+    env = {k: v for k, v in env.items() if not k.startswith("_")}
+    same = doctor(output / "zerokit-run.json", env)
+    assert same.returncode == 0, same.stdout + same.stderr[-2000:]
+    assert "no differences" in same.stdout
+
+    # Another environment: another DeepSpeed config value, another lock (a ZEROKIT_HOME whose lock
+    # differs), another NCCL setting.
+    planted = json.loads(config.read_text())
+    planted["zero_optimization"]["stage3_max_live_parameters"] = 5
+    config.write_text(json.dumps(planted))
+    home = tmp_path / "home"
+    shutil.copytree(REPO / "containers" / "stacks", home / "containers" / "stacks")
+    shutil.copytree(REPO / "configs", home / "configs")
+    (home / "containers" / "lock").mkdir()
+    lock = (REPO / "containers" / "lock" / "cpu.txt").read_text()
+    (home / "containers" / "lock" / "cpu.txt").write_text(lock.replace("rich==", "rich==0.0.0\n# was rich==", 1))
+    other = doctor(output / "zerokit-run.json", {**env, "ZEROKIT_HOME": str(home), "NCCL_DEBUG": "INFO"})
+    assert other.returncode == 1
+    lines = [line for line in other.stdout.splitlines() if line.startswith("differs: ")]
+    assert any(
+        line.startswith("differs: deepspeed config zero_optimization.stage3_max_live_parameters")
+        and line.endswith("1000000000 in the record, 5 now")
+        for line in lines
+    ), other.stdout
+    assert any(line.startswith("differs: lock sha256: ") for line in lines), other.stdout
+    assert "differs: environment NCCL_DEBUG: WARN in the record, INFO now" in lines
+    assert other.stdout.splitlines()[-1].endswith(f"{len(lines)} differences")
