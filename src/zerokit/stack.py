@@ -50,6 +50,9 @@ SIMD_FOR_TARGET: dict[str, str] = {
 # ($CUDA_HOME, else /usr/local/cuda: a cluster's CUDA module, or the base image's, as in nvidia/cuda).
 CUDA_HOMES = ("wheels", "system")
 
+# The Python packages every stack pins alike; a stack file adds its own (torch, CUDA wheels).
+COMMON_PACKAGES_FILE = STACKS_DIR / "common" / "packages.toml"
+
 
 class StackError(UserError):
     """A stack file that is missing or malformed."""
@@ -173,7 +176,7 @@ def load_stack(name_or_path: str) -> Stack:
         cuda_home=data["cuda_home"],
         ds_ops=tuple(data["ds_ops"]),
         extra_index_url=data["extra_index_url"],
-        packages=dict(data["packages"]),
+        packages=with_common_packages(path, data["packages"]),
         apt_runtime=tuple(data["apt"]["runtime"]),
         apt_build=tuple(data["apt"]["build"]),
     )
@@ -191,6 +194,18 @@ def load_stack(name_or_path: str) -> Stack:
     if stack.cuda_home not in CUDA_HOMES:
         raise StackError(f"{path}: cuda_home {stack.cuda_home!r} is not one of {list(CUDA_HOMES)}")
     return stack
+
+
+def with_common_packages(stack_path: Path, own: dict[str, str]) -> dict[str, str]:
+    """A stack's own packages, then the shared ones; pinning a shared one again is refused (one home per version)."""
+    common = tomllib.loads(COMMON_PACKAGES_FILE.read_text())["packages"]
+    again = sorted(name for name in own if name.split("[")[0] in common)
+    if again:
+        raise StackError(
+            f"{stack_path}: {', '.join(again)} pinned here and in {COMMON_PACKAGES_FILE}: "
+            "keep each version in one place"
+        )
+    return {**own, **common}
 
 
 def check_schema(path: Path, data: dict, schema: dict[str, type], prefix: str) -> None:

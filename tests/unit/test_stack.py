@@ -189,3 +189,17 @@ def test_get_prints_the_cuda_home_for_the_build_scripts(capsys):
 
     assert main(["nvidia-base", "get", "cuda_home"]) == 0
     assert capsys.readouterr().out == "system\n"
+
+
+def test_every_stack_pins_the_packages_hf_users_expect():
+    for name in STACKS:
+        packages = load_stack(name).packages
+        assert {"tensorboard", "evaluate", "sentencepiece", "protobuf", "tiktoken"} <= packages.keys(), name
+
+
+def test_a_stack_that_pins_a_shared_package_again_is_refused(tmp_path: Path):
+    text = (REPO / "containers/stacks/cpu.toml").read_text()
+    path = tmp_path / "twice.toml"
+    path.write_text(text.replace("[packages]\n", '[packages]\ntransformers = "4.0.0"\n'))
+    with pytest.raises(StackError, match="transformers pinned here and in .*common/packages.toml: keep each version"):
+        load_stack(str(path))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from zerokit.errors import UserError
 from zerokit.flags import add_flags, from_namespace
 from zerokit.hf_flags import check_hf_flags
 from zerokit.lora import parse_lora
-from zerokit.train.options import TrainOptions
+from zerokit.train.options import EMBEDDED_DIFFERENCE, HF_DIFFERENCES, TrainOptions
 from zerokit.train.run import train
 
 
@@ -26,10 +27,19 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         allow_abbrev=False,  # a prefix (--learning_rat) is an unknown flag, not silently another one
         description="Train a causal LM with the HF Trainer and DeepSpeed ZeRO. With no --model/--dataset, "
         "trains the embedded default (tiny GPT-2 on a generated corpus). Any TrainingArguments flag "
-        "(--learning_rate, --max_steps, --bf16, ...) is passed through.",
+        "(--learning_rate, --max_steps, --bf16, ...) is passed through and means what it means in HF.",
+        epilog=hf_differences_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_flags(parser, TrainOptions, environ)
     return parser
+
+
+def hf_differences_text() -> str:
+    """Every place where train's TrainingArguments differ from a plain HF script's, for --help."""
+    lines = [f"  {flag:<20} {what}" for flag, what in HF_DIFFERENCES]
+    embedded = textwrap.fill(f"and {EMBEDDED_DIFFERENCE}", width=100, initial_indent="  ", subsequent_indent="  ")
+    return "\n".join(["where train differs from Hugging Face's TrainingArguments defaults:", *lines, embedded])
 
 
 def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[TrainOptions, list[str]]:

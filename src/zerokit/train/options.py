@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -13,7 +14,17 @@ from zerokit.flags import flag
 from zerokit.lora import LORA_FORMAT
 from zerokit.paths import CONFIGS_DIR
 
-# Defaults for the embedded default job (tiny model, generated corpus), sized for a 2-core CPU.
+# Where `train`'s TrainingArguments differ from Hugging Face's, and why; every other field keeps HF's
+# default and meaning. `train --help` and the README list these (a unit test keeps them in step).
+HF_DIFFERENCES: tuple[tuple[str, str], ...] = (
+    ("--deepspeed", "set from --config (default zero2; --config none trains without DeepSpeed)"),
+    ("--output_dir", "--output-dir, default runs/train"),
+    ("--use_cpu", "set where no GPU is visible, so CPU ranks train as one job"),
+    ("--bf16", "on by default on GPUs that support bf16 (--bf16 false turns it off)"),
+    ("--full_determinism", "set by --deterministic"),
+)
+
+# The embedded default job's (tiny model, generated corpus, sized for a 2-core CPU): a flag wins.
 EMBEDDED_TRAINING_DEFAULTS = {
     "learning_rate": 3e-3,
     "warmup_steps": 20,
@@ -21,17 +32,25 @@ EMBEDDED_TRAINING_DEFAULTS = {
     "per_device_train_batch_size": 16,
     "per_device_eval_batch_size": 32,
     "weight_decay": 0.01,
-}
-
-
-# Defaults for every job; a flag on the command line wins.
-TRAINING_DEFAULTS = {
-    "report_to": "none",
     "logging_steps": 10,
     "save_strategy": "no",
-    "seed": 42,
     "ddp_find_unused_parameters": False,
 }
+EMBEDDED_DIFFERENCE = (
+    "the embedded default model (no --model or --model-type) also trains 300 steps at lr 3e-3, "
+    "logs every 10 steps and saves no checkpoint unless --save_steps or --save_strategy asks"
+)
+
+
+def training_defaults(embedded: bool, training_flags: Sequence[str]) -> dict[str, object]:
+    """The TrainingArguments defaults of one run: HF's, but for the embedded job's."""
+    if not embedded:
+        return {}
+    defaults = dict(EMBEDDED_TRAINING_DEFAULTS)
+    given = {token[2:].partition("=")[0].replace("-", "_") for token in training_flags if token.startswith("--")}
+    if "save_steps" in given:  # `--save_steps N` alone saves every N steps, as in HF (save_strategy "steps")
+        del defaults["save_strategy"]
+    return defaults
 
 
 @dataclass(frozen=True)

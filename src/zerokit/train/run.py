@@ -1,7 +1,7 @@
 """`train(options, training_flags)`: one rank's whole run, with no command line involved.
 
 training_flags are TrainingArguments flags as HF spells them (`--learning_rate 3e-4`); the
-defaults of TRAINING_DEFAULTS apply where they are silent. The rank's torch.distributed variables
+defaults are HF's but for the embedded model's (training_defaults). The rank's torch.distributed variables
 come from its scheduler or make it rank 0 of 1 (zerokit.launch.environment).
 """
 
@@ -18,16 +18,16 @@ from zerokit.errors import RunFailure, UserError
 from zerokit.train.blocks import block_length, load_datasets
 from zerokit.train.model import fine_tuning, load_model, load_tokenizer
 from zerokit.train.options import (
-    EMBEDDED_TRAINING_DEFAULTS,
-    TRAINING_DEFAULTS,
     TrainOptions,
     ds_config_argument,
+    training_defaults,
 )
 
 
 def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     """Build everything and train; called once per rank."""
     from zerokit.launch.environment import ensure_rank_env
+    from zerokit.startup_marks import mark
 
     ensure_rank_env(os.environ)
     warnings.filterwarnings("ignore", category=FutureWarning)
@@ -36,10 +36,11 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     from transformers.trainer_utils import enable_full_determinism
 
     from zerokit.checkpoints import needs_universal_load, resolve_resume
-    from zerokit.preemption import PreemptionCallback
+    from zerokit.preemption import BENCH_WITHOUT_VARIABLE, PreemptionCallback
     from zerokit.run_record import RunRecorder
     from zerokit.trainer import FiniteLossGuard, ZerokitTrainer
 
+    mark("imports")
     preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
     skipped: list[str] = []
     resume = resolve_resume(options.resume, options.output_dir, skipped)
@@ -47,9 +48,7 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
 
     on_gpu = torch.cuda.is_available()
     parser = HfArgumentParser(TrainingArguments, allow_abbrev=False)
-    parser.set_defaults(**TRAINING_DEFAULTS)
-    if options.embedded:
-        parser.set_defaults(**EMBEDDED_TRAINING_DEFAULTS)
+    parser.set_defaults(**training_defaults(options.embedded, training_flags))
     if on_gpu and torch.cuda.is_bf16_supported():
         parser.set_defaults(bf16=True)
     forced = ["--output_dir", str(options.output_dir)]
@@ -64,7 +63,9 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     (args,) = parser.parse_args_into_dataclasses([*training_flags, *forced])
     if options.streaming and args.max_steps <= 0:
         raise UserError("--streaming has no length to plan epochs from: pass --max_steps N")
+    mark("arguments")
     join_process_group(args, deepspeed=options.ds_config is not None)
+    mark("process_group")
     record = claim_output_dir(options, resume, args.process_index)
     if args.full_determinism:
         enable_full_determinism(args.seed)
@@ -72,10 +73,13 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
         set_seed(args.seed)
 
     tokenizer = load_tokenizer(options)
+    mark("tokenizer")
     model = fine_tuning(options, load_model(options, tokenizer), args)
+    mark("model")
     check_free_space(options.output_dir, model, saves_checkpoints=args.save_strategy != "no")
     datasets = load_datasets(options, tokenizer, model, args)
-    callbacks = [preemption]
+    mark("data")
+    callbacks = [] if os.environ.get(BENCH_WITHOUT_VARIABLE) == "1" else [preemption]
     if options.timings_dir:
         from zerokit.step_clock import StepClock
 
@@ -101,6 +105,7 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
         data_collator=default_data_collator,
         callbacks=callbacks,
     )
+    mark("trainer")
     if args.process_index == 0:
         for note in skipped:
             print(f"zerokit: {note}", file=sys.stderr, flush=True)
