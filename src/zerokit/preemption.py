@@ -1,8 +1,13 @@
 """Preemption: on SIGTERM or SIGUSR1 (Slurm's `--signal`), finish the step, checkpoint, exit to be requeued.
 
-The signal only sets a flag; at the end of each step the ranks agree (an all-reduce of the
-flag, since a signal reaches the ranks at slightly different moments) and all stop at the same
-step, after the Trainer has written a checkpoint. `train` then exits with REQUEUE_EXIT_CODE.
+The signal only sets a flag. A signal reaches the ranks at slightly different moments, so they
+agree on it before stopping, and at no cost per step: at the end of step N each rank starts an
+asynchronous all-reduce (MAX) of its flag over a CPU (gloo) side group, and at the end of step
+N+1 it reads the result, which every rank gets the same. So a GPU rank never synchronises with
+its device for it, and the collective runs in gloo's thread while step N+1 computes. When the
+result says "set", every rank stops at that same step N+1, after the Trainer has written a
+checkpoint, and `train` exits with REQUEUE_EXIT_CODE. The stop comes at most one step after the
+step during which the signal arrived (seconds, against Slurm's `--signal=B:USR1@120`).
 """
 
 from __future__ import annotations
@@ -24,14 +29,21 @@ class PreemptionCallback(TrainerCallback):
     def __init__(self) -> None:
         self.received: int | None = None
         self.preempted = False
+        self._agreement: FlagAgreement | None = None
         for sig in SIGNALS:
             signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum, _frame) -> None:
         self.received = signum
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._agreement = FlagAgreement.for_this_job()  # every rank calls on_train_begin: it may make a group
+        return control
+
     def on_step_end(self, args, state, control, **kwargs):
-        if self.preempted or not self._any_rank_signalled(args):
+        if self.preempted or self._agreement is None:
+            return control
+        if not self._agreement.exchange(self.received is not None):
             return control
         self.preempted = True
         control.should_save = True
@@ -46,14 +58,57 @@ class PreemptionCallback(TrainerCallback):
             )
         return control
 
-    def _any_rank_signalled(self, args) -> bool:
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._agreement is not None:
+            self._agreement.finish()  # no collective left in flight when the process group goes
+            self._agreement = None
+        return control
+
+
+class FlagAgreement:
+    """Whether a flag was set on any rank, agreed one call late: each call starts a MAX all-reduce and reads the last.
+
+    Every rank must call `exchange` equally often (once per step end) and `finish` once at the end.
+    Alone (no process group, or one rank) a set flag is seen at once.
+    """
+
+    def __init__(self, group) -> None:
+        self.group = group  # None: this rank alone
+        self._pending = None  # (work, tensor) of the all-reduce started by the last call
+
+    @classmethod
+    def for_this_job(cls) -> FlagAgreement:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return cls(None)
+        # A gloo side group: the flag stays in host memory (never on a GPU's stream), and its
+        # collective never queues behind or ahead of DeepSpeed's on the default group.
+        return cls(dist.new_group(backend="gloo"))
+
+    def exchange(self, flag: bool) -> bool:
+        """The agreed flag of the previous call (False on the first); starts this call's agreement."""
+        if self.group is None:
+            return flag
         import torch
         import torch.distributed as dist
 
-        flag = self.received is not None
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-            return flag
-        return any_rank(torch.tensor([int(flag)], device=args.device))
+        agreed = self._collect()
+        tensor = torch.tensor([int(flag)], dtype=torch.int32)
+        self._pending = (dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group, async_op=True), tensor)
+        return agreed
+
+    def finish(self) -> None:
+        if self.group is not None:
+            self._collect()
+
+    def _collect(self) -> bool:
+        if self._pending is None:
+            return False
+        work, tensor = self._pending
+        self._pending = None
+        work.wait()  # done long ago in the common case: it ran during the step
+        return bool(tensor.item())  # a CPU tensor: no device synchronisation
 
 
 def any_rank(flag) -> bool:
@@ -68,3 +123,8 @@ def any_rank(flag) -> bool:
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())
+
+
+# Set to 1 by `bench --preemption-cost` only, to time train without the callback (its cost alone).
+# Without the callback a signal ends the rank at once, with no checkpoint: never for real jobs.
+BENCH_WITHOUT_VARIABLE = "ZEROKIT_BENCH_WITHOUT_PREEMPTION"

@@ -4,6 +4,9 @@ Each rank writes `rank-<R>.json` into a folder when training ends: when its firs
 (wall clock, so `bench` can subtract the moment it started the job), how long each step took,
 the eval losses seen, and its peak memory. A step's time runs from the end of the previous step
 (or of the evaluation after it) to its own end, so data loading counts and evaluation does not.
+The file also holds the start-up marks (zerokit.startup_marks): when the process started, the
+phases it (and `launch` before it) recorded, and `train_begin`, when the Trainer had built the
+DeepSpeed engine and was about to take the first step.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import time
 from pathlib import Path
 
 from transformers import TrainerCallback
+
+from zerokit import startup_marks
 
 
 def peak_memory() -> tuple[int, str]:
@@ -35,7 +40,13 @@ class StepClock(TrainerCallback):
         self.first_step_end: float | None = None
         self.step_seconds: list[float] = []
         self.evals: list[tuple[int, float]] = []
+        self.parameters: int | None = None  # the model's, for bench's FLOPs
         self.record: dict = {}  # filled when training ends
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        startup_marks.mark("train_begin")
+        if model is not None:  # under ZeRO-3 a parameter holds a partition; ds_numel is its whole size
+            self.parameters = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
 
     def on_step_end(self, args, state, control, **kwargs):
         now = time.time()
@@ -65,6 +76,8 @@ class StepClock(TrainerCallback):
             "tokens_per_step": samples_per_step * self.tokens_per_sample,
             "peak_memory_bytes": memory,
             "memory_kind": kind,
+            "parameters": self.parameters,
+            "startup": startup_marks.recorded("", os.environ),  # [(phase, when it ended)], oldest first
         }
         self.write(args)
 

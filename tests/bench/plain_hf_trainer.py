@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 import deepspeed
+import torch
 from datasets import load_dataset
 from transformers import (
     AutoConfig,
@@ -80,6 +81,7 @@ def main() -> None:
     )
     trainer.train()
     trainer.save_model()
+    torch.distributed.destroy_process_group()  # as torch's docs end a distributed script (gloo may abort at exit)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""`bench` on its smallest setting, to keep it working: 1 and 2 ranks, one overhead pair, no JIT.
+"""`bench` on its smallest setting, to keep it working: 1 and 2 ranks, no DeepSpeed, one overhead pair, no JIT.
 
 Timings are not asserted (benchmarks are not tests): only that every figure is there, the
 training behind it learned, and the three files are written. The JIT start-up comparison is
-left out here: it compiles DeepSpeed's ops a second time (`make bench` runs it).
+left out here: it compiles DeepSpeed's ops a second time (`make bench` runs it); so are the data
+group (two `prepare tokenize` runs and four trainings) and the run without the preemption callback,
+whose plans and figures tests/unit/bench covers.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
     notes.parent.mkdir()
     notes.write_text("mine")
     argv = ["bench", "--output", str(out), "--overwrite", "--ranks", "1,2", "--steps", "12", "--warmup-steps", "2"]
-    result = run_zerokit([*argv, "--eval-steps", "6", "--repeats", "1", "--skip", "startup"], zk_env)
+    skips = ["--skip", "startup", "--skip", "data", "--skip", "preemption"]
+    result = run_zerokit([*argv, "--eval-steps", "6", "--repeats", "1", "--configs", "none", *skips], zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "3/4" in result.stderr  # the progress bar, one tick per run
+    assert "4/5" in result.stderr  # the progress bar, one tick per run
 
     figures = json.loads((out / "results.json").read_text())
     rows = figures["scaling"]
@@ -35,10 +38,21 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
     assert [len(r["peak_memory_bytes"]) for r in figures["runs"][:2]] == [1, 2]  # one figure per rank
     overhead = figures["overhead"]
     assert overhead["ranks"] == 2 and overhead["throughput_ratio"] > 0 and overhead["startup_ratio"] > 0
-    assert figures["startup"] is None
+    assert figures["startup"] is None and figures["data"] is None
+    configs = {row["config"]: row for row in figures["configs"]}
+    assert sorted(configs) == ["none", "zero3"] and configs["none"]["samples_per_s"] > 0
+    assert len(configs["none"]["peak_memory_per_rank_mib"]) == 2
+    spread = overhead["throughput_spread"]
+    assert spread["pair_min"] == spread["pair_max"] == overhead["throughput_ratio"]  # one round: one pair
+    phases = dict(overhead["zerokit"]["startup_phases"])  # where zerokit's seconds to the first step go
+    assert {"launch preflight", "imports", "model", "data", "train_begin", "first_step"} <= set(phases)
+    ttfs = overhead["zerokit"]["median_time_to_first_step_s"]
+    assert abs(sum(phases.values()) - ttfs) < 0.01  # the phases add up to the time to first step
+    assert set(dict(overhead["plain"]["startup_phases"])) == {"started", "train_begin", "first_step"}
 
     report = (out / "report.md").read_text()
     assert "| 2 | 1 |" in report and "ratio zerokit / plain" in report and "Not run: pass `--jit-python`" in report
+    assert "| none |" in report and "| launch preflight |" in report
     assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The plain script trained too: its own output, not zerokit's.
     assert (out / "runs" / "overhead-plain-1" / "output" / "model.safetensors").is_file()

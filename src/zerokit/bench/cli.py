@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from zerokit import outputs
-from zerokit.bench.plan import SKIPPABLE, BenchConfig, PlainInputs, plan_runs
+from zerokit.bench.plan import DATA_SCALES, SKIPPABLE, BenchConfig, DataInputs, PlainInputs, plan_runs
 from zerokit.errors import UserError
 from zerokit.flags import environ_defaults
 from zerokit.launch.config import REMOTE_LAUNCHERS
@@ -41,11 +43,18 @@ def build_parser() -> argparse.ArgumentParser:
     add("--hostfile", help="hosts for multi-node runs, one per line; started over --launcher")
     add("--launcher", choices=REMOTE_LAUNCHERS, default="pdsh", help="how launch reaches the other nodes")
     add("--config", default="zero3", help="DeepSpeed config: a file or a bundled name (default: zero3)")
+    add(
+        "--configs",
+        default="zero2,zero3,zero3-offload,none",
+        help="configs compared on one node at the largest --ranks, comma-separated; none: no DeepSpeed "
+        "(default: zero2,zero3,zero3-offload,none)",
+    )
     add("--steps", type=int, default=60, help="optimizer steps per run (default: 60)")
     add("--warmup-steps", type=int, default=5, help="steps after the first left out of throughput (default: 5)")
     add("--eval-steps", type=int, default=20, help="evaluate every N steps (default: 20)")
     add("--batch-size", type=int, default=16, help="samples per rank per step (default: 16)")
-    add("--repeats", type=int, default=3, help="runs of each script in the overhead comparison (default: 3)")
+    add("--repeats", type=int, default=5, help="rounds of the overhead comparison (default: 5)")
+    add("--peak-tflops", type=float, help="peak TFLOPS per device for MFU (default: a table of GPUs; none on CPU)")
     add("--jit-python", help="python of an environment whose DeepSpeed has no prebuilt ops (make bench makes one)")
     add("--skip", action="append", choices=SKIPPABLE, default=[], help="leave out a comparison (repeatable)")
     add("--model", help="model to train (default: the embedded tiny GPT-2)")
@@ -90,6 +99,7 @@ def parse(argv: list[str]) -> BenchConfig:
         ranks=args.ranks,
         nodes=args.nodes,
         config=config,
+        configs=tuple(checked_configs(args.configs)),
         steps=args.steps,
         warmup_steps=args.warmup_steps,
         eval_steps=args.eval_steps,
@@ -106,7 +116,17 @@ def parse(argv: list[str]) -> BenchConfig:
         block_size=args.block_size,
         train_args=tuple(train_args),
         on_gpu=on_gpu,
+        peak_tflops=args.peak_tflops,
     )
+
+
+def checked_configs(text: str) -> list[str]:
+    from zerokit.train.options import resolve_ds_config
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        resolve_ds_config(name)  # a bad name fails now, in one line, not after the other runs
+    return names
 
 
 def plain_inputs(cfg: BenchConfig) -> PlainInputs | None:
@@ -131,6 +151,34 @@ def plain_inputs(cfg: BenchConfig) -> PlainInputs | None:
     return PlainInputs(flags, str(files["train"]), str(files["validation"]), BLOCK_SIZE)
 
 
+def data_inputs(cfg: BenchConfig, plain: PlainInputs | None) -> tuple[DataInputs | None, dict[int, float]]:
+    """The embedded corpus at each scale of DATA_SCALES, raw and `prepare tokenize`d; the seconds each prepare took.
+
+    Only for the embedded job (its corpus and tokenizer are the plain script's inputs).
+    """
+    if "data" in cfg.skip or cfg.model or cfg.dataset or plain is None:
+        return None, {}
+    folder = cfg.output / "data"
+    folder.mkdir(parents=True, exist_ok=True)
+    text = Path(plain.train_file).read_text()
+    tokenizer = plain.model_flags[plain.model_flags.index("--tokenizer_name") + 1]
+    raw, prepared, seconds = {}, {}, {}
+    for scale in DATA_SCALES:
+        corpus = folder / f"corpus-{scale}x.txt"
+        corpus.write_text(text * scale)
+        raw[scale], prepared[scale] = str(corpus), str(folder / f"prepared-{scale}x")
+        argv = [sys.executable, "-m", "zerokit", "prepare", "tokenize", str(corpus), "--tokenizer", tokenizer]
+        argv += ["--output", prepared[scale], "--block-size", str(plain.block_size), "--overwrite"]
+        started = time.time()
+        done = subprocess.run(
+            argv, capture_output=True, text=True, env={**os.environ, "HF_DATASETS_CACHE": str(folder / "cache")}
+        )
+        seconds[scale] = time.time() - started
+        if done.returncode != 0:
+            raise UserError(f"bench: prepare tokenize of {corpus} failed: {done.stderr.strip()[-500:]}")
+    return DataInputs(raw, prepared, plain.block_size), seconds
+
+
 def main(argv: list[str]) -> int:
     from tqdm import tqdm
 
@@ -139,13 +187,15 @@ def main(argv: list[str]) -> int:
 
     cfg = parse(argv)
     record = outputs.begin(cfg.output, "bench", replace=True)  # an earlier report goes, other files stay
-    runs = plan_runs(cfg, plain_inputs(cfg))
+    inputs = plain_inputs(cfg)
+    data, prepare_seconds = data_inputs(cfg, inputs)
+    runs = plan_runs(cfg, inputs, data)
     results = []
     with tqdm(runs, unit="run", desc="bench", file=sys.stderr) as bar:
         for run in bar:
             bar.set_postfix_str(run.name)
             results.append(execute(run, cfg.warmup_steps, cfg.hosts))
-    write_all(cfg, results)
+    write_all(cfg, results, prepare_seconds)
     outputs.finish(cfg.output, record)
     for name in ("report.md", "scaling.png", "results.json"):
         print(f"bench: wrote {cfg.output / name}")

@@ -1,8 +1,10 @@
 """From bench's config to the list of runs: each a command line, its environment and its folder.
 
-Three groups: `scaling` (zerokit's train over rank and node counts), `startup` (the same job
-with a DeepSpeed whose ops are not prebuilt, and a fresh extensions cache) and `overhead`
-(zerokit's train and the plain HF script in tests/bench/, alternately, several times).
+The groups: `scaling` (zerokit's train over rank and node counts), `configs` (the same job under
+each DeepSpeed config, and none), `startup` (the same job with a DeepSpeed whose ops are not
+prebuilt, and a fresh extensions cache), `data` (time to first step from raw text against
+`prepare tokenize`d blocks, at 1x and 10x the corpus) and `overhead` (zerokit's train, the same
+without the preemption callback, and the plain HF script in tests/bench/, in turn, several times).
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zerokit.launch.environment import free_port
+from zerokit.preemption import BENCH_WITHOUT_VARIABLE
 
-SKIPPABLE = ("startup", "overhead")
+SKIPPABLE = ("configs", "startup", "data", "overhead", "preemption")
+DATA_SCALES = (1, 10)  # corpus sizes of the data group, in copies of the corpus
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,7 @@ class BenchConfig:
     ranks: tuple[int, ...]  # ranks per node
     nodes: tuple[int, ...]
     config: Path  # DeepSpeed config
+    configs: tuple[str, ...]  # the configs group: bundled names or files, "none" for no DeepSpeed
     steps: int
     warmup_steps: int  # steps left out of the throughput
     eval_steps: int
@@ -38,13 +43,14 @@ class BenchConfig:
     block_size: int | None
     train_args: tuple[str, ...]  # more TrainingArguments flags, for both scripts
     on_gpu: bool
+    peak_tflops: float | None = None  # per device, for MFU; None: from bench.flops' table (GPU) or not reported
 
 
 @dataclass(frozen=True)
 class Run:
     name: str
     group: str
-    variant: str  # zerokit, jit or plain
+    variant: str  # zerokit, jit, plain, zerokit-no-preemption; in the configs group the config; in data raw-1x, ...
     nodes: int
     ranks_per_node: int
     argv: tuple[str, ...]
@@ -83,7 +89,28 @@ def common_training_flags(cfg: BenchConfig) -> list[str]:
     ]  # fmt: skip
 
 
-def zerokit_run(cfg: BenchConfig, name: str, group: str, nodes: int, ranks: int, *, jit: bool = False) -> Run:
+@dataclass(frozen=True)
+class DataInputs:
+    """The data group's inputs: raw text files and their `prepare tokenize`d folders, by corpus scale."""
+
+    raw: dict[int, str]  # scale -> a .txt file
+    prepared: dict[int, str]  # scale -> a prepared folder
+    block_size: int
+
+
+def zerokit_run(
+    cfg: BenchConfig,
+    name: str,
+    group: str,
+    nodes: int,
+    ranks: int,
+    *,
+    jit: bool = False,
+    config: str | None = None,
+    variant: str | None = None,
+    extra_train: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> Run:
     folder = cfg.output / "runs" / name
     launch = ["--nproc-per-node", str(ranks)]
     if nodes > 1:
@@ -92,7 +119,7 @@ def zerokit_run(cfg: BenchConfig, name: str, group: str, nodes: int, ranks: int,
         launch.append("--no-preflight")  # its checks would refuse ops that are not prebuilt
     train = [
         "--config",
-        str(cfg.config),
+        config or str(cfg.config),
         "--output-dir",
         str(folder / "output"),
         "--timings-dir",
@@ -100,16 +127,29 @@ def zerokit_run(cfg: BenchConfig, name: str, group: str, nodes: int, ranks: int,
     ]
     if cfg.model:
         train += ["--model", cfg.model]
-    if cfg.dataset:
+    if cfg.dataset and not extra_train:
         train += ["--dataset", cfg.dataset]
-    if cfg.block_size:
+    if cfg.block_size and not extra_train:
         train += ["--block-size", str(cfg.block_size)]
     python = cfg.jit_python if jit else cfg.python
-    argv = (python, "-m", "zerokit", "launch", *launch, "train", *train, *common_training_flags(cfg))
-    env = {"ZEROKIT_CACHE": str(cfg.output / "cache")}  # the embedded job's files, made once for every run
+    argv = (python, "-m", "zerokit", "launch", *launch, "train", *train, *extra_train, *common_training_flags(cfg))
+    run_env = {"ZEROKIT_CACHE": str(cfg.output / "cache"), **(env or {})}  # the embedded job's files, made once
     if jit:
-        env["TORCH_EXTENSIONS_DIR"] = str(folder / "torch-extensions")  # fresh: every op compiles
-    return Run(name, group, "jit" if jit else "zerokit", nodes, ranks, argv, folder, env)
+        run_env["TORCH_EXTENSIONS_DIR"] = str(folder / "torch-extensions")  # fresh: every op compiles
+    return Run(name, group, variant or ("jit" if jit else "zerokit"), nodes, ranks, argv, folder, run_env)
+
+
+def data_run(cfg: BenchConfig, kind: str, scale: int, ranks: int, inputs: DataInputs) -> Run:
+    """Time to first step only: a few steps, no evaluation, a fresh datasets cache (raw text tokenizes)."""
+    name = f"data-{kind}-{scale}x"
+    folder = cfg.output / "runs" / name
+    dataset = ("--dataset", inputs.raw[scale], "--block-size", str(inputs.block_size))
+    if kind == "prepared":
+        dataset = ("--dataset", inputs.prepared[scale])
+    steps = ("--max_steps", str(cfg.warmup_steps + 3), "--eval_strategy", "no")
+    env = {"HF_DATASETS_CACHE": str(folder / "datasets-cache")}
+    run = zerokit_run(cfg, name, "data", 1, ranks, variant=f"{kind}-{scale}x", extra_train=dataset, env=env)
+    return Run(run.name, run.group, run.variant, 1, ranks, (*run.argv, *steps), run.folder, run.env)
 
 
 def plain_run(cfg: BenchConfig, name: str, ranks: int, inputs: PlainInputs) -> Run:
@@ -130,18 +170,39 @@ def plain_run(cfg: BenchConfig, name: str, ranks: int, inputs: PlainInputs) -> R
     return Run(name, "overhead", "plain", 1, ranks, (*argv, *common_training_flags(cfg)), folder, env)
 
 
-def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None) -> list[Run]:
-    """Scaling first (its 1-rank run is the baseline), then start-up, then the alternating overhead pairs."""
+def config_label(config: str) -> str:
+    return Path(config).stem if config.endswith(".json") else config
+
+
+def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: DataInputs | None = None) -> list[Run]:
+    """Scaling first (its 1-rank run is the baseline), then configs, start-up, data, then the overhead rounds."""
     runs = [
         zerokit_run(cfg, f"scaling-{nodes}n-{ranks}r", "scaling", nodes, ranks)
         for nodes in cfg.nodes
         for ranks in cfg.ranks
     ]
     compare_ranks = max(cfg.ranks)  # on one node: start-up and overhead are per-node figures
+    if "configs" not in cfg.skip and 1 in cfg.nodes:  # the scaling run of compare_ranks is --config's row
+        for config in cfg.configs:
+            if config_label(config) != config_label(str(cfg.config)):
+                label = config_label(config)
+                runs.append(
+                    zerokit_run(cfg, f"configs-{label}", "configs", 1, compare_ranks, config=config, variant=label)
+                )
     if "startup" not in cfg.skip and cfg.jit_python and 1 in cfg.nodes:  # compared with the 1-node run
         runs.append(zerokit_run(cfg, f"startup-jit-1n-{compare_ranks}r", "startup", 1, compare_ranks, jit=True))
+    if "data" not in cfg.skip and data_inputs:
+        for scale in DATA_SCALES:
+            for kind in ("raw", "prepared"):
+                runs.append(data_run(cfg, kind, scale, compare_ranks, data_inputs))
     if "overhead" not in cfg.skip and plain_inputs:
-        for repeat in range(1, cfg.repeats + 1):
+        without = {BENCH_WITHOUT_VARIABLE: "1"}
+        for repeat in range(1, cfg.repeats + 1):  # one round: zerokit, plain, zerokit without the callback
             runs.append(zerokit_run(cfg, f"overhead-zerokit-{repeat}", "overhead", 1, compare_ranks))
             runs.append(plain_run(cfg, f"overhead-plain-{repeat}", compare_ranks, plain_inputs))
+            if "preemption" not in cfg.skip:
+                name = f"overhead-no-preemption-{repeat}"
+                runs.append(
+                    zerokit_run(cfg, name, "overhead", 1, compare_ranks, variant="zerokit-no-preemption", env=without)
+                )
     return runs

@@ -10,7 +10,8 @@ import statistics
 import time
 from pathlib import Path
 
-from zerokit.bench.plan import BenchConfig
+from zerokit.bench.flops import mfu, peak_tflops
+from zerokit.bench.plan import BenchConfig, config_label
 from zerokit.bench.runner import RunResult
 
 MIB = 1024 * 1024
@@ -55,23 +56,123 @@ def startup_summary(results: list[RunResult]) -> dict | None:
     }
 
 
-def overhead_summary(results: list[RunResult]) -> dict | None:
-    """Medians of zerokit's train and the plain script, run alternately; ratios zerokit / plain."""
-    sides = {v: [r for r in results if r.group == "overhead" and r.variant == v] for v in ("zerokit", "plain")}
+def ratio_spread(numerators: list[float], denominators: list[float]) -> dict:
+    """The ratio of the medians, and the min/max of the ratios of the runs paired in order (one round each)."""
+    pairs = [n / d for n, d in zip(numerators, denominators, strict=False)]
+    return {
+        "ratio": statistics.median(numerators) / statistics.median(denominators),
+        "pair_min": min(pairs),
+        "pair_max": max(pairs),
+        "pairs": pairs,
+    }
+
+
+def side(runs: list[RunResult]) -> dict:
+    return {
+        "samples_per_s": [r.samples_per_second for r in runs],
+        "tokens_per_s": [r.tokens_per_second for r in runs],
+        "time_to_first_step_s": [r.time_to_first_step for r in runs],
+        "median_samples_per_s": statistics.median(r.samples_per_second for r in runs),
+        "median_tokens_per_s": statistics.median(r.tokens_per_second for r in runs),
+        "median_time_to_first_step_s": statistics.median(r.time_to_first_step for r in runs),
+        "startup_phases": median_phases(runs),
+    }
+
+
+def median_phases(runs: list[RunResult]) -> list[tuple[str, float]]:
+    """Each start-up phase's median seconds, in the order of the first run (phases all runs have)."""
+    if not runs or not runs[0].startup_phases:
+        return []
+    by_run = [dict(r.startup_phases) for r in runs]
+    return [
+        (name, statistics.median(spans[name] for spans in by_run))
+        for name, _ in runs[0].startup_phases
+        if all(name in spans for spans in by_run)
+    ]
+
+
+def overhead_summary(results: list[RunResult], peak: float | None = None) -> dict | None:
+    """Medians of zerokit's train and the plain script, run in turn; ratios zerokit / plain with their spread.
+
+    With the `zerokit-no-preemption` runs, also the preemption callback's cost: with / without.
+    peak: TFLOPS per device, for the model FLOPs utilisation of both (None: not reported).
+    """
+    variants = ("zerokit", "plain", "zerokit-no-preemption")
+    sides = {v: [r for r in results if r.group == "overhead" and r.variant == v] for v in variants}
     if not sides["zerokit"] or not sides["plain"]:
         return None
-    summary: dict = {"ranks": sides["zerokit"][0].world_size, "repeats": len(sides["plain"])}
+    z, p = sides["zerokit"], sides["plain"]
+    summary: dict = {"ranks": z[0].world_size, "repeats": len(p)}
     for variant, runs in sides.items():
-        summary[variant] = {
-            "samples_per_s": [r.samples_per_second for r in runs],
-            "time_to_first_step_s": [r.time_to_first_step for r in runs],
-            "median_samples_per_s": statistics.median(r.samples_per_second for r in runs),
-            "median_time_to_first_step_s": statistics.median(r.time_to_first_step for r in runs),
-        }
-    summary["throughput_ratio"] = summary["zerokit"]["median_samples_per_s"] / summary["plain"]["median_samples_per_s"]
-    summary["startup_ratio"] = (
-        summary["zerokit"]["median_time_to_first_step_s"] / summary["plain"]["median_time_to_first_step_s"]
+        if runs:
+            summary[variant] = side(runs)
+    throughput = ratio_spread([r.samples_per_second for r in z], [r.samples_per_second for r in p])
+    startup = ratio_spread([r.time_to_first_step for r in z], [r.time_to_first_step for r in p])
+    summary["throughput_ratio"], summary["throughput_spread"] = throughput["ratio"], throughput
+    summary["startup_ratio"], summary["startup_spread"] = startup["ratio"], startup
+    plain_spread = max(r.samples_per_second for r in p) / min(r.samples_per_second for r in p)
+    summary["plain_throughput_max_over_min"] = plain_spread  # the noise between runs of the same script
+    if sides["zerokit-no-preemption"]:
+        off = sides["zerokit-no-preemption"]
+        summary["preemption_cost"] = ratio_spread(
+            [r.samples_per_second for r in z], [r.samples_per_second for r in off]
+        )
+    first = next((dict(r.startup_phases) for r in results if r.startup_phases and r.variant != "jit"), {})
+    if "launch preflight" in first:
+        summary["first_preflight_s"] = first["launch preflight"]
+    if peak and z[0].parameters:
+        for variant in ("zerokit", "plain"):
+            runs = sides[variant]
+            summary[variant]["mfu"] = mfu(
+                summary[variant]["median_tokens_per_s"], z[0].parameters, runs[0].world_size, peak
+            )
+    return summary
+
+
+def config_rows(results: list[RunResult], main_config: str, peak: float | None = None) -> list[dict]:
+    """The same job under each DeepSpeed config (--config's row is the scaling run of the same ranks)."""
+    others = [r for r in results if r.group == "configs"]
+    if not others:
+        return []
+    main = next(
+        (r for r in results if r.group == "scaling" and r.nodes == 1 and r.world_size == others[0].world_size), None
     )
+    rows = []
+    for label, r in ([(main_config, main)] if main else []) + [(r.variant, r) for r in others]:
+        rows.append(
+            {
+                "config": label,
+                "ranks": r.world_size,
+                "samples_per_s": r.samples_per_second,
+                "tokens_per_s": r.tokens_per_second,
+                "peak_memory_per_rank_mib": [b / MIB for b in r.peak_memory_bytes],
+                "memory_kind": r.memory_kind,
+                "time_to_first_step_s": r.time_to_first_step,
+                "eval_loss": r.evals,
+                "mfu": mfu(r.tokens_per_second, r.parameters, r.world_size, peak) if peak and r.parameters else None,
+            }
+        )
+    return rows
+
+
+def data_summary(results: list[RunResult], prepare_seconds: dict[int, float]) -> dict | None:
+    """Time to first step from raw text and from prepared blocks, at each corpus scale; the ratios."""
+    runs = {r.variant: r for r in results if r.group == "data"}
+    if not runs:
+        return None
+    ttfs = {name: r.time_to_first_step for name, r in runs.items()}
+    scales = sorted({int(name.split("-")[1].rstrip("x")) for name in runs})
+    low, high = scales[0], scales[-1]
+    summary = {
+        "ranks": next(iter(runs.values())).world_size,
+        "scales": scales,
+        "time_to_first_step_s": ttfs,
+        "phases": {name: r.startup_phases for name, r in runs.items()},
+        "prepare_seconds": {str(k): v for k, v in prepare_seconds.items()},
+    }
+    for kind in ("raw", "prepared"):
+        if f"{kind}-{low}x" in ttfs and f"{kind}-{high}x" in ttfs:
+            summary[f"{kind}_{high}x_over_{low}x"] = ttfs[f"{kind}-{high}x"] / ttfs[f"{kind}-{low}x"]
     return summary
 
 
@@ -104,9 +205,18 @@ def machine() -> dict:
     }
 
 
-def write_all(cfg: BenchConfig, results: list[RunResult]) -> None:
+def device_peak(cfg: BenchConfig, gpus: list[str]) -> float | None:
+    """Peak TFLOPS per device for MFU: --peak-tflops, else the table's for the GPU; None on CPU."""
+    if cfg.peak_tflops:
+        return cfg.peak_tflops
+    return peak_tflops(gpus[0]) if gpus else None
+
+
+def write_all(cfg: BenchConfig, results: list[RunResult], prepare_seconds: dict[int, float] | None = None) -> None:
+    host = machine()
+    peak = device_peak(cfg, host["gpus"])
     figures = {
-        "machine": machine(),
+        "machine": host,
         "settings": {
             "config": cfg.config.name,
             "steps": cfg.steps,
@@ -115,10 +225,13 @@ def write_all(cfg: BenchConfig, results: list[RunResult]) -> None:
             "model": cfg.model or "embedded default (GPT-2, 2 layers x 128)",
             "dataset": cfg.dataset or "embedded corpus",
             "train_args": list(cfg.train_args),
+            "peak_tflops_per_device": peak,
         },
         "scaling": scaling_rows(results),
+        "configs": config_rows(results, config_label(str(cfg.config)), peak),
         "startup": startup_summary(results),
-        "overhead": overhead_summary(results),
+        "data": data_summary(results, prepare_seconds or {}),
+        "overhead": overhead_summary(results, peak),
         "runs": [r.as_dict() for r in results],
     }
     (cfg.output / "results.json").write_text(json.dumps(figures, indent=2) + "\n")
@@ -194,23 +307,132 @@ def markdown(figures: dict, cfg: BenchConfig) -> str:
         ]
     else:
         lines.append("Not run: pass `--jit-python` (an environment whose DeepSpeed has no prebuilt ops; `make bench`).")
-    lines += ["", "## Overhead: zerokit `train` vs a plain HF Trainer script", ""]
-    overhead = figures["overhead"]
-    if overhead:
-        z, p = overhead["zerokit"], overhead["plain"]
-        lines += [
-            f"{overhead['ranks']} ranks, {overhead['repeats']} runs of each, alternating; medians.",
-            "",
-            "| | samples/s | time to first step (s) |",
-            "|---|---:|---:|",
-            f"| zerokit train | {z['median_samples_per_s']:.1f} | {z['median_time_to_first_step_s']:.1f} |",
-            f"| plain script (tests/bench) | {p['median_samples_per_s']:.1f} "
-            f"| {p['median_time_to_first_step_s']:.1f} |",
-            f"| **ratio zerokit / plain** | **{overhead['throughput_ratio']:.3f}** "
-            f"| **{overhead['startup_ratio']:.3f}** |",
-            "",
-            "zerokit's start-up includes launch's preflight checks (doctor: ops, /dev/shm, interface, caches).",
-        ]
-    else:
-        lines.append("Not run (`--skip overhead`, or no plain script for this job).")
+    lines += configs_section(figures["configs"])
+    lines += data_section(figures["data"])
+    lines += overhead_section(figures["overhead"])
     return "\n".join(lines) + "\n"
+
+
+def spread(figure: dict) -> str:
+    return f"{figure['pair_min']:.3f}-{figure['pair_max']:.3f}"
+
+
+def configs_section(rows: list[dict]) -> list[str]:
+    lines = ["", "## DeepSpeed configs: the same job under each", ""]
+    if not rows:
+        return [*lines, "Not run (`--skip configs`, or no 1-node run)."]
+    gpu = rows[0]["memory_kind"] == "gpu-allocated"
+    lines += [
+        f"{rows[0]['ranks']} ranks on one node, one run each (`none`: the Trainer without DeepSpeed, DDP).",
+        "",
+        "| config | samples/s | tokens/s | peak memory per rank (MiB) | time to first step (s) | MFU |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
+    for r in rows:
+        memory = " / ".join(f"{m:.0f}" for m in r["peak_memory_per_rank_mib"])
+        mfu_text = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
+        lines.append(
+            f"| {r['config']} | {r['samples_per_s']:.1f} | {r['tokens_per_s']:.0f} | {memory} "
+            f"| {r['time_to_first_step_s']:.1f} | {mfu_text} |"
+        )
+    lines += [
+        "",
+        "Peak memory: "
+        + (
+            "torch's peak allocated GPU memory"
+            if gpu
+            else "each rank's peak RSS (on CPU, ZeRO's partitioning of "
+            "optimizer state is small next to torch's and the libraries' own memory in this tiny model)"
+        )
+        + "; MFU needs a GPU (or `--peak-tflops`).",
+    ]
+    return lines
+
+
+def data_section(data: dict | None) -> list[str]:
+    lines = ["", "## Start-up with prepared data: raw text vs `prepare tokenize`", ""]
+    if not data:
+        return [*lines, "Not run (`--skip data`, or a job with its own --model/--dataset)."]
+    ttfs, low, high = data["time_to_first_step_s"], data["scales"][0], data["scales"][-1]
+    lines += [
+        f"Time to first step (s), {data['ranks']} ranks, the embedded corpus at {low}x and {high}x its size "
+        "(a fresh datasets cache each run, so raw text is tokenized by the ranks):",
+        "",
+        f"| data | {low}x | {high}x | {high}x / {low}x |",
+        "|---|---:|---:|---:|",
+    ]
+    for kind in ("raw", "prepared"):
+        ratio = data.get(f"{kind}_{high}x_over_{low}x")
+        lines.append(
+            f"| {'raw text' if kind == 'raw' else 'prepared blocks'} | {ttfs.get(f'{kind}-{low}x', 0):.1f} "
+            f"| {ttfs.get(f'{kind}-{high}x', 0):.1f} | **{ratio:.2f}** |"
+        )
+    made = ", ".join(f"{scale}x {seconds:.1f} s" for scale, seconds in data["prepare_seconds"].items())
+    if made:
+        lines += ["", f"`prepare tokenize` itself (once, before the job): {made}."]
+    return lines
+
+
+def overhead_section(overhead: dict | None) -> list[str]:
+    lines = ["", "## Overhead: zerokit `train` vs a plain HF Trainer script", ""]
+    if not overhead:
+        return [*lines, "Not run (`--skip overhead`, or no plain script for this job)."]
+    z, p = overhead["zerokit"], overhead["plain"]
+    t, s = overhead["throughput_spread"], overhead["startup_spread"]
+    gpu = "mfu" in z
+    lines += [
+        f"{overhead['ranks']} ranks, {overhead['repeats']} rounds (zerokit, plain"
+        + (", zerokit without the preemption callback" if "zerokit-no-preemption" in overhead else "")
+        + ", in turn); medians, and in brackets the spread: the lowest and highest ratio of a round's pair.",
+        "",
+        "| | samples/s | tokens/s | time to first step (s) |" + (" MFU |" if gpu else ""),
+        "|---|---:|---:|---:|" + ("---:|" if gpu else ""),
+        f"| zerokit train | {z['median_samples_per_s']:.1f} | {z['median_tokens_per_s']:.0f} "
+        f"| {z['median_time_to_first_step_s']:.2f} |" + (f" {100 * z['mfu']:.1f}% |" if gpu else ""),
+        f"| plain script (tests/bench) | {p['median_samples_per_s']:.1f} | {p['median_tokens_per_s']:.0f} "
+        f"| {p['median_time_to_first_step_s']:.2f} |" + (f" {100 * p['mfu']:.1f}% |" if gpu else ""),
+        f"| **ratio zerokit / plain** | **{t['ratio']:.3f}** ({spread(t)}) | | **{s['ratio']:.3f}** ({spread(s)}) |"
+        + (" |" if gpu else ""),
+        "",
+        f"Run-to-run noise: the plain script's own fastest/slowest samples/s is "
+        f"{overhead['plain_throughput_max_over_min']:.3f}.",
+    ]
+    cost = overhead.get("preemption_cost")
+    if cost:
+        off = overhead["zerokit-no-preemption"]
+        lines += [
+            "",
+            f"Preemption callback's cost: samples/s with it / without it = **{cost['ratio']:.3f}** ({spread(cost)}); "
+            f"without it {off['median_samples_per_s']:.1f} samples/s (median).",
+        ]
+    lines += startup_phase_table(overhead)
+    return lines
+
+
+def startup_phase_table(overhead: dict) -> list[str]:
+    """Where the seconds to the first step go: each phase's median, zerokit's and the plain script's."""
+    z, p = dict(overhead["zerokit"]["startup_phases"]), dict(overhead["plain"]["startup_phases"])
+    if not z:
+        return []
+    lines = [
+        "",
+        "Start-up, phase by phase (medians, s; each phase is named by the moment that ends it: `launch "
+        "started`/`started`, a process started; `launch preflight`, launch's node checks done; `imports` to "
+        "`trainer`, train's steps; `train_begin`, DeepSpeed's engine built; `first_step`, its end):",
+        "",
+        "| phase | zerokit | plain |",
+        "|---|---:|---:|",
+    ]
+    lines += [
+        f"| {name} | {seconds:.2f} | {p[name]:.2f} |" if name in p else f"| {name} | {seconds:.2f} | |"
+        for name, seconds in z.items()
+    ]
+    lines.append(f"| **total** | **{sum(z.values()):.2f}** | **{sum(p.values()):.2f}** |")
+    cold = overhead.get("first_preflight_s")
+    if cold is not None:
+        lines += [
+            "",
+            f"`launch preflight` in bench's first run, on a fresh cache: {cold:.2f} s (it loads every DeepSpeed op "
+            "once per install and node, then keeps the verdict; zerokit.launch.preflight).",
+        ]
+    return lines

@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from zerokit.bench.plan import Run
@@ -30,6 +30,8 @@ class RunResult:
     evals: list[tuple[int, float]]  # (step, eval loss)
     wall_seconds: float
     compiled_ops: list[str]  # ops JIT-compiled into the run's own extensions folder (the JIT run's)
+    startup_phases: list[tuple[str, float]] = field(default_factory=list)  # (phase ended by, seconds), rank 0
+    parameters: int | None = None  # the model's, whole (ZeRO-3's partitions counted once)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -90,4 +92,19 @@ def summarize(run: Run, records: list[dict], started: float, wall: float, warmup
         evals=evals,
         wall_seconds=wall,
         compiled_ops=compiled_ops(run),
+        startup_phases=phases(main.get("startup", []), started, main["first_step_end"]),
+        parameters=main.get("parameters"),
     )
+
+
+def phases(marks: list, started: float, first_step_end: float) -> list[tuple[str, float]]:
+    """Seconds spent in each start-up phase, named by the mark that ended it, from the command's start.
+
+    The last phase, `first_step`, ends with rank 0's first step; the phases add up to its time to first step.
+    """
+    spans, previous = [], started
+    for name, at in [*((str(n), float(t)) for n, t in marks), ("first_step", first_step_end)]:
+        at = min(max(at, previous), first_step_end)  # /proc's start times come in 10 ms steps
+        spans.append((name, at - previous))
+        previous = at
+    return spans

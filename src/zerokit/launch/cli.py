@@ -12,6 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from zerokit import startup_marks
 from zerokit.launch.config import parse
 from zerokit.launch.environment import check_port_free, free_port, launch_environment, refuse_hidden_job
 from zerokit.launch.plan import Plan, execute, plan
@@ -64,6 +65,8 @@ def main(argv: list[str]) -> int:
         if failures:
             report(failures)
             return 1
+        startup_marks.mark("preflight")
     if the_plan.mode == "remote" and config.launcher == "pdsh":
         write_deepspeed_env(the_plan, Path(config.workdir))
+    startup_marks.pass_on(os.environ, "launch ")  # for bench's start-up breakdown (StepClock)
     return execute(the_plan, config.stop_grace)

@@ -2,12 +2,25 @@
 
 A failed check stops the launch with its fix, before the ranks start and time out on each other.
 Once per node: in per-rank mode only local rank 0 checks.
+
+Loading every DeepSpeed op (check_ops) is the one slow check (seconds: it imports DeepSpeed and
+dlopens each op). Its verdict depends only on the installed files and the node, so a passing
+verdict is kept in the cache (`$ZEROKIT_CACHE/preflight/`, else ~/.cache/zerokit/preflight/)
+under a fingerprint of the Python, the DeepSpeed and torch installs (paths, sizes and mtimes of
+their op libraries and version files), the stack's ops, the host and the GPU driver; the next
+launch with the same fingerprint skips it. A failure is never kept: it is checked every time.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import json
+import os
+import socket
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from zerokit.launch.plan import Plan
 
@@ -28,8 +41,71 @@ def preflight_failures(plan: Plan, environ: Mapping[str, str]) -> list[str]:
         ifname=plan.ifname,
         multi_node=plan.nnodes > 1,
     )
-    results = run_checks(context, (check_ops, check_shm, check_interface, check_caches))
-    return [f"{r.name}: {r.detail}; fix: {r.fix}" for r in results if r.status == "fail"]
+    verdict = ops_verdict_file(context.stack.name, context.stack.ds_ops, environ)
+    ops_known_good = verdict is not None and verdict.is_file()
+    checks = (
+        (check_shm, check_interface, check_caches)
+        if ops_known_good
+        else (check_ops, check_shm, check_interface, check_caches)
+    )
+    results = run_checks(context, checks)
+    failed = [r for r in results if r.status == "fail"]
+    if not ops_known_good and verdict is not None and not any(r.name.startswith("op") for r in failed):
+        remember(verdict)
+    return [f"{r.name}: {r.detail}; fix: {r.fix}" for r in failed]
+
+
+def ops_verdict_file(stack: str, ops: tuple[str, ...], environ: Mapping[str, str]) -> Path | None:
+    """Where a passing ops verdict for this install and node lives; None when DeepSpeed is not found."""
+    fingerprint = install_fingerprint(stack, ops, environ)
+    if fingerprint is None:
+        return None
+    cache = Path(environ.get("ZEROKIT_CACHE") or Path.home() / ".cache" / "zerokit")
+    return cache / "preflight" / f"ops-{hashlib.sha256(fingerprint.encode()).hexdigest()[:24]}.ok"
+
+
+def install_fingerprint(stack: str, ops: tuple[str, ...], environ: Mapping[str, str]) -> str | None:
+    """Everything the ops verdict depends on, as text; found without importing DeepSpeed or torch."""
+    files: list[Path] = []
+    for package in ("deepspeed", "torch"):
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            if package == "deepspeed":
+                return None
+            continue
+        root = Path(next(iter(spec.submodule_search_locations)))
+        files += [root / "__init__.py", root / "version.py", root / "git_version_info_installed.py"]
+        if package == "deepspeed":
+            files += sorted((root / "ops").rglob("*.so"))
+    stats = []
+    for path in files:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        stats.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
+    driver = Path("/proc/driver/nvidia/version")
+    return json.dumps(
+        {
+            "python": os.path.realpath(sys.executable),
+            "stack": stack,
+            "ops": list(ops),
+            "files": stats,
+            "host": socket.gethostname(),
+            "driver": driver.read_text() if driver.exists() else "",
+            "accelerator": environ.get("DS_ACCELERATOR", ""),
+            "devices": environ.get("CUDA_VISIBLE_DEVICES", ""),
+        }
+    )
+
+
+def remember(verdict: Path) -> None:
+    """Keep a passing verdict; an unwritable cache only means the next launch checks again."""
+    try:
+        verdict.parent.mkdir(parents=True, exist_ok=True)
+        verdict.write_text("every op of the stack prebuilt and loading (zerokit launch preflight)\n")
+    except OSError:
+        pass
 
 
 def runs_preflight(plan: Plan) -> bool:

@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
-from zerokit.bench.plan import BenchConfig, PlainInputs, plan_runs
-from zerokit.bench.report import overhead_summary, scaling_rows, startup_summary
+from zerokit.bench.flops import mfu, peak_tflops
+from zerokit.bench.plan import BenchConfig, DataInputs, PlainInputs, plan_runs
+from zerokit.bench.report import config_rows, data_summary, overhead_summary, scaling_rows, startup_summary
 from zerokit.bench.runner import RunResult
+from zerokit.preemption import BENCH_WITHOUT_VARIABLE
 
 
 def config(tmp_path: Path, **changes) -> BenchConfig:
@@ -18,6 +20,7 @@ def config(tmp_path: Path, **changes) -> BenchConfig:
         ranks=(1, 2),
         nodes=(1,),
         config=Path("configs/zero3.json"),
+        configs=("zero2", "zero3", "none"),
         steps=20,
         warmup_steps=2,
         eval_steps=10,
@@ -41,11 +44,16 @@ def config(tmp_path: Path, **changes) -> BenchConfig:
 PLAIN = PlainInputs(("--config_name", "cfg"), "train.txt", "validation.txt", 64)
 
 
-def test_plan_scales_then_jit_then_alternates_zerokit_and_plain(tmp_path: Path):
-    runs = plan_runs(config(tmp_path, nodes=(1, 2)), PLAIN)
+DATA = DataInputs({1: "c1.txt", 10: "c10.txt"}, {1: "p1", 10: "p10"}, 64)
+
+
+def test_plan_scales_then_configs_jit_data_then_rounds_of_zerokit_plain_and_no_preemption(tmp_path: Path):
+    runs = plan_runs(config(tmp_path, nodes=(1, 2)), PLAIN, DATA)
     assert [r.name for r in runs] == [
-        "scaling-1n-1r", "scaling-1n-2r", "scaling-2n-1r", "scaling-2n-2r", "startup-jit-1n-2r",
-        "overhead-zerokit-1", "overhead-plain-1", "overhead-zerokit-2", "overhead-plain-2",
+        "scaling-1n-1r", "scaling-1n-2r", "scaling-2n-1r", "scaling-2n-2r", "configs-zero2", "configs-none",
+        "startup-jit-1n-2r", "data-raw-1x", "data-prepared-1x", "data-raw-10x", "data-prepared-10x",
+        "overhead-zerokit-1", "overhead-plain-1", "overhead-no-preemption-1",
+        "overhead-zerokit-2", "overhead-plain-2", "overhead-no-preemption-2",
     ]  # fmt: skip
     by_name = {r.name: r for r in runs}
     two_nodes = by_name["scaling-2n-2r"]
@@ -54,6 +62,24 @@ def test_plan_scales_then_jit_then_alternates_zerokit_and_plain(tmp_path: Path):
     assert two_nodes.argv[:8] == launch
     assert "--hostfile" in two_nodes.argv and "--hostfile" not in by_name["scaling-1n-2r"].argv
     assert two_nodes.argv[-2:] == ("--bf16", "true")  # flags after -- reach train
+
+
+def test_configs_data_and_no_preemption_runs_differ_from_the_others_in_one_thing_each(tmp_path: Path):
+    by_name = {r.name: r for r in plan_runs(config(tmp_path), PLAIN, DATA)}
+    argv = by_name["configs-none"].argv
+    assert argv[argv.index("--config") + 1] == "none" and by_name["configs-none"].variant == "none"
+    raw, prepared = by_name["data-raw-10x"], by_name["data-prepared-10x"]
+    assert raw.argv[raw.argv.index("--dataset") + 1] == "c10.txt" and "--block-size" in raw.argv
+    assert prepared.argv[prepared.argv.index("--dataset") + 1] == "p10" and "--block-size" not in prepared.argv
+    assert raw.argv[-4:] == ("--max_steps", "5", "--eval_strategy", "no")  # time to first step only
+    assert raw.env["HF_DATASETS_CACHE"].startswith(str(raw.folder))  # raw text is tokenized afresh
+    assert by_name["overhead-no-preemption-1"].env[BENCH_WITHOUT_VARIABLE] == "1"
+    without, with_ = (" ".join(by_name[n].argv) for n in ("overhead-no-preemption-1", "overhead-zerokit-1"))
+    assert without.replace("overhead-no-preemption-1", "overhead-zerokit-1") == with_  # only its folders differ
+    assert BENCH_WITHOUT_VARIABLE not in by_name["overhead-zerokit-1"].env
+    skipped = plan_runs(config(tmp_path, skip=frozenset({"configs", "data", "preemption"})), PLAIN, DATA)
+    assert {r.group for r in skipped} == {"scaling", "startup", "overhead"}
+    assert {r.variant for r in skipped if r.group == "overhead"} == {"zerokit", "plain"}
 
 
 def test_jit_run_uses_the_jit_python_a_fresh_extensions_folder_and_no_preflight(tmp_path: Path):
@@ -74,14 +100,16 @@ def test_plain_run_is_torchrun_with_the_same_config_steps_and_threads_per_rank(t
 
 
 def test_skips_leave_out_their_runs(tmp_path: Path):
-    runs = plan_runs(config(tmp_path, skip=frozenset({"overhead"}), jit_python=None), PLAIN)
+    runs = plan_runs(config(tmp_path, skip=frozenset({"overhead", "configs"}), jit_python=None), PLAIN)
     assert {r.group for r in runs} == {"scaling"}
     only_two_nodes = plan_runs(config(tmp_path, nodes=(2,)), PLAIN)  # JIT start-up compares with a 1-node run
     assert "startup" not in {r.group for r in only_two_nodes} and "overhead" in {r.group for r in only_two_nodes}
 
 
-def result(name: str, group: str, variant: str, world: int, samples: float, first: float, nodes: int = 1) -> RunResult:
-    return RunResult(
+def result(
+    name: str, group: str, variant: str, world: int, samples: float, first: float, nodes: int = 1, **more
+) -> RunResult:
+    return RunResult(**more,
         name=name, group=group, variant=variant, nodes=nodes, world_size=world, time_to_first_step=first,
         steps_per_second=samples / 10, samples_per_second=samples, tokens_per_second=samples * 64,
         peak_memory_bytes=[2**20] * world, hosts=["n1"] * world, memory_kind="cpu-rss", evals=[(10, 3.0)],
@@ -110,6 +138,44 @@ def test_figures_efficiency_startup_and_overhead_ratios():
     assert overhead["zerokit"]["median_samples_per_s"] == 150.0  # a median: the outlier 999 does not move it
     assert overhead["throughput_ratio"] == pytest.approx(150.0 / 150.0)
     assert overhead["startup_ratio"] == pytest.approx(12.0 / 9.0)
+    spread = overhead["throughput_spread"]  # the rounds' own ratios: 140/160, 150/140, 999/150
+    assert (spread["pair_min"], spread["pair_max"]) == (pytest.approx(140 / 160), pytest.approx(999 / 150))
+    assert overhead["plain_throughput_max_over_min"] == pytest.approx(160 / 140)
+    assert "preemption_cost" not in overhead
+
+
+def test_preemption_cost_config_rows_and_data_ratios():
+    phases = [("launch preflight", 0.5), ("imports", 5.0), ("first_step", 1.0)]
+    results = [
+        result("s2", "scaling", "zerokit", 2, 150.0, 12.0, parameters=1000),
+        result("c", "configs", "none", 2, 170.0, 9.0, parameters=1000),
+        result("z1", "overhead", "zerokit", 2, 150.0, 12.0, startup_phases=phases),
+        result("p1", "overhead", "plain", 2, 150.0, 10.0),
+        result("n1", "overhead", "zerokit-no-preemption", 2, 152.0, 12.0),
+        result("z2", "overhead", "zerokit", 2, 148.0, 12.0, startup_phases=phases),
+        result("p2", "overhead", "plain", 2, 150.0, 10.0),
+        result("n2", "overhead", "zerokit-no-preemption", 2, 146.0, 12.0),
+        result("r1", "data", "raw-1x", 2, 0.0, 10.0),
+        result("r10", "data", "raw-10x", 2, 0.0, 30.0),
+        result("p1x", "data", "prepared-1x", 2, 0.0, 10.0),
+        result("p10x", "data", "prepared-10x", 2, 0.0, 10.5),
+    ]
+    overhead = overhead_summary(results)
+    cost = overhead["preemption_cost"]
+    assert cost["ratio"] == pytest.approx(149.0 / 149.0) and cost["pair_min"] == pytest.approx(150 / 152)
+    assert overhead["zerokit"]["startup_phases"] == phases
+    rows = config_rows(results, "zero3", peak=100.0)
+    assert [(r["config"], r["samples_per_s"]) for r in rows] == [("zero3", 150.0), ("none", 170.0)]
+    assert rows[1]["mfu"] == pytest.approx(170.0 * 64 * 6 * 1000 / (2 * 100e12))
+    data = data_summary(results, {1: 2.0, 10: 9.0})
+    assert data["raw_10x_over_1x"] == pytest.approx(3.0) and data["prepared_10x_over_1x"] == pytest.approx(1.05)
+
+
+def test_mfu_is_six_flops_per_parameter_per_token_against_the_devices_peak():
+    assert peak_tflops("NVIDIA H100 80GB HBM3") == 989.0 and peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0 and peak_tflops("cpu") is None
+    # 7B parameters, 8 GPUs of 989 TFLOPS, 80k tokens/s in all: 6 * 7e9 * 8e4 / 7.912e15 = 42%.
+    assert mfu(8e4, 7_000_000_000, 8, 989.0) == pytest.approx(0.4247, abs=1e-4)
 
 
 def test_bad_input_is_refused_before_anything_runs(tmp_path: Path, zk_env):
