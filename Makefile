@@ -113,10 +113,27 @@ lock:  ## re-resolve containers/lock/$(STACK).txt from the stack's pins (needs u
 base-image:  ## make $(LOCAL_BASE_IMAGE) with debootstrap, for machines that reach no registry
 	DOCKER=$(DOCKER) containers/make-base-image $(LOCAL_BASE_IMAGE)
 
-image:  ## build the Docker image of STACK (reuses build/wheels/STACK from make venv when there)
+# Extra packages (README "Extra packages"): EXTRA=requirements.txt also builds EXTRA_TAG, the image plus
+# those packages, locked against the stack's pins beside the file (requirements.STACK.lock.txt).
+EXTRA ?=
+EXTRA_TAG ?= $(TAG)-extra
+
+image:  ## build the Docker image of STACK (reuses build/wheels/STACK from make venv); EXTRA=reqs.txt: + a derived image
 	rm -rf build/wheelhouse && mkdir -p build/wheelhouse
 	$(if $(WHEELHOUSE),cp -l $(WHEELHOUSE)/*.whl build/wheelhouse/ 2>/dev/null || cp $(WHEELHOUSE)/*.whl build/wheelhouse/)
 	DOCKER=$(DOCKER) containers/build-image $(STACK) $(TAG) $(BASE_IMAGE) $(CA_FILE)
+	$(if $(EXTRA),DOCKER=$(DOCKER) UV=$(UV) containers/build-extra-image $(STACK) $(TAG) $(EXTRA) $(EXTRA_TAG) $(CA_FILE))
+
+# Provenance (README "Provenance"): the SBOM that image TAG carries, copied out; and two builds from
+# scratch compared (README "Reproducible builds"; it compiles DeepSpeed's ops twice).
+SBOM_OUT ?= build/sbom/$(STACK).cdx.json
+.PHONY: sbom verify-reproducible
+
+sbom:  ## copy image TAG's SBOM (CycloneDX JSON of its venv and Debian packages) to $(SBOM_OUT)
+	DOCKER=$(DOCKER) containers/sbom $(TAG) $(SBOM_OUT)
+
+verify-reproducible:  ## build STACK twice from scratch (venv, image, DeepSpeed wheel), compare; build/repro/
+	DOCKER=$(DOCKER) containers/verify-reproducible $(STACK) $(BASE_IMAGE) $(CA_FILE)
 
 sif:  ## turn image TAG into $(SIF) with Apptainer (or Singularity)
 	@test -n "$(APPTAINER)" || { echo "error: apptainer (or singularity) is not installed: install it \
