@@ -20,10 +20,11 @@ pytestmark = [
 ]
 
 
-def test_bench_on_one_gpu_reports_gpu_memory_and_the_overhead_ratio(tmp_path: Path, zk_env):
+def test_bench_on_one_gpu_reports_gpu_memory_the_overhead_ratio_and_mfu(tmp_path: Path, zk_env):
     out = tmp_path / "bench"
     argv = ["bench", "--output", str(out), "--ranks", "1", "--steps", "12", "--warmup-steps", "2", "--eval-steps", "6"]
-    result = run_zerokit([*argv, "--repeats", "1", "--skip", "startup"], zk_env)
+    skips = ["--skip", "startup", "--skip", "data", "--skip", "preemption"]
+    result = run_zerokit([*argv, "--repeats", "1", "--configs", "zero2", *skips], zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads((out / "results.json").read_text())
     assert figures["machine"]["gpus"], figures["machine"]
@@ -32,3 +33,10 @@ def test_bench_on_one_gpu_reports_gpu_memory_and_the_overhead_ratio(tmp_path: Pa
     assert all(0 < r["peak_memory_bytes"][0] < total for r in figures["runs"])
     assert "--bf16" in figures["settings"]["train_args"] or not torch.cuda.is_bf16_supported()  # both scripts
     assert figures["overhead"]["throughput_ratio"] > 0
+    # Tokens/s and MFU of both scripts, against the table's peak for this GPU (or none: not in the table).
+    overhead, peak = figures["overhead"], figures["settings"]["peak_tflops_per_device"]
+    if peak:
+        for script in ("zerokit", "plain"):
+            assert overhead[script]["median_tokens_per_s"] > 0 and 0 < overhead[script]["mfu"] < 1
+        assert "MFU" in (out / "report.md").read_text()
+    assert all(row["mfu"] is None or 0 < row["mfu"] < 1 for row in figures["configs"])

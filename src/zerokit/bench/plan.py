@@ -18,6 +18,7 @@ from zerokit.preemption import BENCH_WITHOUT_VARIABLE
 
 SKIPPABLE = ("configs", "startup", "data", "overhead", "preemption")
 DATA_SCALES = (1, 10)  # corpus sizes of the data group, in copies of the corpus
+DATA_ROUNDS = 2  # of the data group: its figures are medians
 
 
 @dataclass(frozen=True)
@@ -139,9 +140,9 @@ def zerokit_run(
     return Run(name, group, variant or ("jit" if jit else "zerokit"), nodes, ranks, argv, folder, run_env)
 
 
-def data_run(cfg: BenchConfig, kind: str, scale: int, ranks: int, inputs: DataInputs) -> Run:
+def data_run(cfg: BenchConfig, kind: str, scale: int, ranks: int, inputs: DataInputs, round_: int) -> Run:
     """Time to first step only: a few steps, no evaluation, a fresh datasets cache (raw text tokenizes)."""
-    name = f"data-{kind}-{scale}x"
+    name = f"data-{kind}-{scale}x-{round_}"
     folder = cfg.output / "runs" / name
     dataset = ("--dataset", inputs.raw[scale], "--block-size", str(inputs.block_size))
     if kind == "prepared":
@@ -192,9 +193,10 @@ def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: D
     if "startup" not in cfg.skip and cfg.jit_python and 1 in cfg.nodes:  # compared with the 1-node run
         runs.append(zerokit_run(cfg, f"startup-jit-1n-{compare_ranks}r", "startup", 1, compare_ranks, jit=True))
     if "data" not in cfg.skip and data_inputs:
-        for scale in DATA_SCALES:
-            for kind in ("raw", "prepared"):
-                runs.append(data_run(cfg, kind, scale, compare_ranks, data_inputs))
+        for round_ in range(1, DATA_ROUNDS + 1):
+            for scale in DATA_SCALES:
+                for kind in ("raw", "prepared"):
+                    runs.append(data_run(cfg, kind, scale, compare_ranks, data_inputs, round_))
     if "overhead" not in cfg.skip and plain_inputs:
         without = {BENCH_WITHOUT_VARIABLE: "1"}
         for repeat in range(1, cfg.repeats + 1):  # one round: zerokit, plain, zerokit without the callback

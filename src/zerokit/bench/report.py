@@ -157,17 +157,22 @@ def config_rows(results: list[RunResult], main_config: str, peak: float | None =
 
 def data_summary(results: list[RunResult], prepare_seconds: dict[int, float]) -> dict | None:
     """Time to first step from raw text and from prepared blocks, at each corpus scale; the ratios."""
-    runs = {r.variant: r for r in results if r.group == "data"}
+    runs: dict[str, list[RunResult]] = {}
+    for r in results:
+        if r.group == "data":
+            runs.setdefault(r.variant, []).append(r)
     if not runs:
         return None
-    ttfs = {name: r.time_to_first_step for name, r in runs.items()}
+    ttfs = {name: statistics.median(r.time_to_first_step for r in rs) for name, rs in runs.items()}
     scales = sorted({int(name.split("-")[1].rstrip("x")) for name in runs})
     low, high = scales[0], scales[-1]
     summary = {
-        "ranks": next(iter(runs.values())).world_size,
+        "ranks": next(iter(runs.values()))[0].world_size,
+        "rounds": max(len(rs) for rs in runs.values()),
         "scales": scales,
-        "time_to_first_step_s": ttfs,
-        "phases": {name: r.startup_phases for name, r in runs.items()},
+        "time_to_first_step_s": ttfs,  # medians over the rounds
+        "all_time_to_first_step_s": {name: [r.time_to_first_step for r in rs] for name, rs in runs.items()},
+        "phases": {name: median_phases(rs) for name, rs in runs.items()},
         "prepare_seconds": {str(k): v for k, v in prepare_seconds.items()},
     }
     for kind in ("raw", "prepared"):
@@ -356,7 +361,8 @@ def data_section(data: dict | None) -> list[str]:
     ttfs, low, high = data["time_to_first_step_s"], data["scales"][0], data["scales"][-1]
     lines += [
         f"Time to first step (s), {data['ranks']} ranks, the embedded corpus at {low}x and {high}x its size "
-        "(a fresh datasets cache each run, so raw text is tokenized by the ranks):",
+        f"(medians of {data['rounds']} rounds; a fresh datasets cache each run, so raw text is tokenized by the "
+        "ranks):",
         "",
         f"| data | {low}x | {high}x | {high}x / {low}x |",
         "|---|---:|---:|---:|",
