@@ -2,13 +2,13 @@
 
 The pairs are scheduled as a round-robin tournament (the circle method): in each round every node is
 in at most one pair, so a node's link is measured alone and a slow one is not blamed on its partner.
-n nodes take n-1 rounds (n for an odd n). Per pair: the latency (half a round trip of 8 bytes, the
-median of several) and the bandwidth each way (a large message and an 8-byte ack, bytes / time).
+n nodes take n-1 rounds (n for an odd n). Per pair: the latency (half a round trip of 8 bytes) and the
+bandwidth each way (a large message and an 8-byte ack, bytes / time), each the best of several tries:
+a busy CPU only ever adds time, while a slow link slows every try.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass
 
@@ -91,22 +91,24 @@ def _ping(dist, torch, small, peer: int, on_gpu: bool, first: bool) -> float:
             dist.send(small, peer)
         _sync(torch, on_gpu)
         times.append((time.perf_counter() - start) / 2)
-    return statistics.median(times[2:])
+    return min(times[2:])
 
 
 def _stream(dist, torch, big, small, peer: int, on_gpu: bool, sending: bool) -> float:
     """bytes/s of `big` to (or from) peer; the sender times it up to the receiver's ack."""
-    _sync(torch, on_gpu)
-    start = time.perf_counter()
+    best = float("inf")
     for _ in range(BANDWIDTH_ROUNDS):
+        _sync(torch, on_gpu)
+        start = time.perf_counter()
         if sending:
             dist.send(big, peer)
             dist.recv(small, peer)
         else:
             dist.recv(big, peer)
             dist.send(small, peer)
-    _sync(torch, on_gpu)
-    return big.numel() * big.element_size() * BANDWIDTH_ROUNDS / (time.perf_counter() - start)
+        _sync(torch, on_gpu)
+        best = min(best, time.perf_counter() - start)
+    return big.numel() * big.element_size() / best
 
 
 def _sync(torch, on_gpu: bool) -> None:
