@@ -10,3 +10,5 @@ CONFIGS_DIR = HOME / "configs"
 STACKS_DIR = HOME / "containers" / "stacks"
 # The plain HF Trainer script `bench` compares train with (the image carries it too).
 PLAIN_SCRIPT = HOME / "tests" / "bench" / "plain_hf_trainer.py"
+# A derived image's extra packages, locked (containers/build-extra-image puts it there; doctor checks it).
+EXTRA_LOCK = HOME / "containers" / "lock" / "extra.txt"

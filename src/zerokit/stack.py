@@ -50,8 +50,9 @@ SIMD_FOR_TARGET: dict[str, str] = {
 # ($CUDA_HOME, else /usr/local/cuda: a cluster's CUDA module, or the base image's, as in nvidia/cuda).
 CUDA_HOMES = ("wheels", "system")
 
-# The Python packages every stack pins alike; a stack file adds its own (torch, CUDA wheels).
-COMMON_PACKAGES_FILE = STACKS_DIR / "common" / "packages.toml"
+# The Python packages every stack pins alike, in common/packages.toml beside the stack files; a stack
+# file adds its own (torch, CUDA wheels). A stack file elsewhere without one beside it uses zerokit's.
+COMMON_PACKAGES = Path("common") / "packages.toml"
 
 
 class StackError(UserError):
@@ -198,12 +199,14 @@ def load_stack(name_or_path: str) -> Stack:
 
 def with_common_packages(stack_path: Path, own: dict[str, str]) -> dict[str, str]:
     """A stack's own packages, then the shared ones; pinning a shared one again is refused (one home per version)."""
-    common = tomllib.loads(COMMON_PACKAGES_FILE.read_text())["packages"]
+    common_file = stack_path.parent / COMMON_PACKAGES
+    if not common_file.is_file():
+        common_file = STACKS_DIR / COMMON_PACKAGES
+    common = tomllib.loads(common_file.read_text())["packages"]
     again = sorted(name for name in own if name.split("[")[0] in common)
     if again:
         raise StackError(
-            f"{stack_path}: {', '.join(again)} pinned here and in {COMMON_PACKAGES_FILE}: "
-            "keep each version in one place"
+            f"{stack_path}: {', '.join(again)} pinned here and in {common_file}: keep each version in one place"
         )
     return {**own, **common}
 

@@ -17,6 +17,7 @@ from zerokit.doctor.launchers import check_launchers
 from zerokit.doctor.network import check_hostname, check_interface
 from zerokit.doctor.ops import check_ops
 from zerokit.doctor.result import CheckResult, fail
+from zerokit.doctor.shadows import check_user_packages
 from zerokit.doctor.versions import check_cuda_libraries, check_lock, check_packages, check_python
 
 Check = Callable[[Context], list[CheckResult]]
@@ -25,6 +26,7 @@ CHECKS: tuple[Check, ...] = (
     check_python,
     check_packages,
     check_lock,
+    check_user_packages,
     check_cuda_libraries,
     check_ops,
     check_gpu,

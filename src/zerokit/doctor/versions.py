@@ -9,9 +9,11 @@ from __future__ import annotations
 import re
 import sys
 from importlib import metadata
+from pathlib import Path
 
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
+from zerokit.paths import EXTRA_LOCK
 from zerokit.stack import Stack
 
 # The packages whose drift breaks training most often; one row each. The rest of the lock is one row.
@@ -73,12 +75,18 @@ def locked_versions(text: str) -> dict[str, str]:
 
 
 def check_lock(ctx: Context) -> list[CheckResult]:
-    """Every other package of the lock file, in one row."""
-    name = "version: lock"
+    """Every other package of the lock file in one row; a derived image's extra lock in another."""
     lock = ctx.stack.lock_file
     if not lock.is_file():
-        return [skip(name, f"no lock file at {lock}")]
-    locked = {k: v for k, v in locked_versions(lock.read_text()).items() if k not in TRACKED}
+        return [skip("version: lock", f"no lock file at {lock}")]
+    results = [lock_result("version: lock", lock, TRACKED, ctx.stack)]
+    if EXTRA_LOCK.is_file():
+        results.append(lock_result("version: extra lock", EXTRA_LOCK, (), ctx.stack))
+    return results
+
+
+def lock_result(name: str, lock: Path, left_out: tuple[str, ...], stack: Stack) -> CheckResult:
+    locked = {k: v for k, v in locked_versions(lock.read_text()).items() if k not in left_out}
     drift = []
     for package, pinned in sorted(locked.items()):
         installed = installed_version(package)
@@ -86,12 +94,10 @@ def check_lock(ctx: Context) -> list[CheckResult]:
             drift.append(f"{package} {installed or 'missing'} (lock: {pinned})")
     if drift:
         shown = ", ".join(drift[:5]) + (f", and {len(drift) - 5} more" if len(drift) > 5 else "")
-        return [
-            fail(
-                name, f"{len(drift)} of {len(locked)} packages differ from {lock.name}: {shown}", rebuild_fix(ctx.stack)
-            )
-        ]
-    return [ok(name, f"{len(locked)} more packages match {lock.name}")]
+        return fail(
+            name, f"{len(drift)} of {len(locked)} packages differ from {lock.name}: {shown}", rebuild_fix(stack)
+        )
+    return ok(name, f"{len(locked)} {'more ' if left_out else ''}packages match {lock.name}")
 
 
 def check_cuda_libraries(ctx: Context) -> list[CheckResult]:

@@ -21,16 +21,20 @@ CPU_STACK = REPO / "containers" / "stacks" / "cpu.toml"
 
 
 def write_stack(tmp_path: Path, text_changes: Mapping[str, str] | None = None, **keys: str) -> Path:
-    """The cpu stack with top-level `key = value` lines replaced (values as TOML) and other text swapped."""
+    """The cpu stack (and the shared packages beside it) with top-level `key = value` lines replaced
+    (values as TOML) and other text swapped."""
     text = CPU_STACK.read_text()
+    common = (CPU_STACK.parent / "common" / "packages.toml").read_text()
     for key, value in keys.items():
         text, count = re.subn(rf"^{key} = .*$", f"{key} = {value}", text, flags=re.M)
         assert count == 1, f"no top-level {key} in {CPU_STACK}"
     for old, new in (text_changes or {}).items():
-        assert old in text, f"{old!r} not in {CPU_STACK}"
-        text = text.replace(old, new)
+        assert old in text + common, f"{old!r} not in {CPU_STACK} or its common/packages.toml"
+        text, common = text.replace(old, new), common.replace(old, new)
     path = tmp_path / "custom.toml"
     path.write_text(text)
+    (tmp_path / "common").mkdir(exist_ok=True)
+    (tmp_path / "common" / "packages.toml").write_text(common)
     return path
 
 

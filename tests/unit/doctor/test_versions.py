@@ -51,9 +51,8 @@ def test_python_drift_fails(tmp_path: Path):
 def test_lock_drift_fails_naming_the_package(tmp_path: Path, monkeypatch):
     """A lock beside a copied stacks folder (Stack.lock_file is derived from zerokit.stack.STACKS_DIR)."""
     stacks, lock = tmp_path / "stacks", tmp_path / "lock"
-    stacks.mkdir()
+    shutil.copytree(CPU_STACK.parent, stacks)
     lock.mkdir()
-    shutil.copy(CPU_STACK, stacks / "cpu.toml")
     real_lock = (CPU_STACK.parents[1] / "lock" / "cpu.txt").read_text()
     rich = metadata.version("rich")
     assert f"rich=={rich} \\" in real_lock
