@@ -34,8 +34,9 @@ def test_a_hub_dataset_missing_from_the_cache_names_prepare(tmp_path: Path, zk_e
     assert len(lines) == 1 and "`zerokit prepare --dataset some/corpus`" in lines[0], result.stderr
 
 
-def test_prepare_refuses_to_stage_offline(zk_env):
-    result = run_zerokit(["prepare", "--model", "some/name"], zk_env)
+@pytest.mark.parametrize("what", ["--model", "--tokenizer", "--metric"])
+def test_prepare_refuses_to_stage_offline(zk_env, what: str):
+    result = run_zerokit(["prepare", what, "some/name"], zk_env)
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "error: prepare downloads, but HF_HUB_OFFLINE=1: run it where there is network, with them unset"

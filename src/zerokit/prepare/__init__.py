@@ -1,6 +1,7 @@
 """`prepare`: get models and data ready for compute nodes.
 
     prepare --model NAME [--revision R] [--dataset NAME]   stage: download into HF_HOME (needs network)
+    prepare --tokenizer NAME --metric accuracy             what users' scripts also fetch from the Hub
     prepare tokenize SOURCE --tokenizer T --output DIR      tokenize once into fixed-length blocks
 
 Staging writes a manifest (names, revisions, sha256 of each file) next to the cache; nodes then
@@ -31,6 +32,13 @@ def stage_parser() -> argparse.ArgumentParser:
     add("--dataset", help="Hub dataset name, downloaded and prepared as Arrow files")
     add("--dataset-config", help="dataset configuration name")
     add("--dataset-revision", help="dataset branch, tag or commit")
+    add("--tokenizer", action="append", default=[], help="Hub repo whose tokenizer files alone to stage (repeatable)")
+    add(
+        "--metric",
+        action="append",
+        default=[],
+        help="an `evaluate` module to stage (evaluate.load(NAME), e.g. accuracy; repeatable)",
+    )
     add("--hf-home", type=Path, help="stage into this HF_HOME (default: $HF_HOME); the nodes must use the same")
     environ_defaults(parser, os.environ)
     return parser
@@ -59,13 +67,23 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["tokenize"]:
         return tokenize_main(argv[1:])
     args = stage_parser().parse_args(argv)
-    if not args.model and not args.dataset:
-        raise UserError("nothing to stage: pass --model NAME and/or --dataset NAME (or `prepare tokenize ...`)")
+    if not (args.model or args.dataset or args.tokenizer or args.metric):
+        raise UserError(
+            "nothing to stage: pass --model, --dataset, --tokenizer or --metric NAME (or `prepare tokenize ...`)"
+        )
     if args.hf_home:
         os.environ["HF_HOME"] = str(args.hf_home.resolve())  # before huggingface_hub reads it
     from zerokit.prepare.stage import stage
 
-    manifest = stage(args.model, args.dataset, args.revision, args.dataset_config, args.dataset_revision)
+    manifest = stage(
+        args.model,
+        args.dataset,
+        args.revision,
+        args.dataset_config,
+        args.dataset_revision,
+        tokenizers=tuple(args.tokenizer),
+        metrics=tuple(args.metric),
+    )
     print(f"prepare: manifest {manifest}")
     return 0
 
