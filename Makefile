@@ -50,7 +50,7 @@ SMOKE_OUT ?= runs/smoke
 SMOKE_WORDS = DOCKER=$(DOCKER) APPTAINER=$(APPTAINER) $(PYTHON) src/zerokit/runtimes.py argv $(RUNTIME) $(IMAGE) \
   $(if $(filter gpu,$(SMOKE_DEVICE)),--gpu) --bind $(abspath $(SMOKE_OUT)) --as-caller
 
-.PHONY: FORCE help sysdeps venv demo test lint lock clean image base-image sif smoke bench
+.PHONY: FORCE help sysdeps venv demo test lint lock clean image base-image sif sif-extra smoke bench
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -96,7 +96,7 @@ BENCH_ARGS ?=
 $(JIT_ENV)/.ready: $(VENV)/.ready-$(STACK) tests/bench/make-jit-env
 	rm -rf $(JIT_ENV) && tests/bench/make-jit-env $(VPY) $(STACK) $(JIT_ENV) && touch $@
 
-bench: venv $(JIT_ENV)/.ready  ## CPU-sized report in runs/bench/ (1 and 2 ranks, JIT start-up, plain HF); BENCH_ARGS=...
+bench: venv $(JIT_ENV)/.ready  ## CPU-sized report in runs/bench/ (ranks, configs, JIT and data start-up, plain HF, preemption cost); BENCH_ARGS=...
 	$(VENV)/bin/zerokit bench --output runs/bench --overwrite --jit-python $(JIT_ENV)/bin/python $(BENCH_ARGS)
 
 test: venv  ## run the test suite
@@ -141,6 +141,15 @@ sif:  ## turn image TAG into $(SIF) with Apptainer (or Singularity)
 	and docker ($(DOCKER) save $(TAG) | gzip > zerokit-$(STACK).tar.gz; there: docker load) and run make sif there" >&2; exit 2; }
 	$(APPTAINER) build --force --build-arg IMAGE=$(TAG) --build-arg STACK=$(STACK) $(SIF) apptainer.def
 	@echo "make sif: $(SIF), $$(du -m $(SIF) | cut -f1) MiB"
+
+SIF_BASE ?= $(SIF)
+SIF_EXTRA ?= $(basename $(SIF_BASE))-extra.sif
+sif-extra:  ## without Docker: SIF_BASE plus EXTRA=requirements.txt (locked against the stack) into SIF_EXTRA
+	@test -n "$(EXTRA)" || { echo "error: give the packages: make sif-extra EXTRA=requirements.txt" >&2; exit 2; }
+	lock=$$(UV=$(UV) containers/lock-extra $(STACK) $(EXTRA)) && \
+	  $(APPTAINER) build --force $(if $(CA_FILE),--bind $(abspath $(CA_FILE)):/run/zerokit-site-ca.pem) \
+	  --build-arg SIF_BASE=$(abspath $(SIF_BASE)) --build-arg STACK=$(STACK) --build-arg LOCK=$$(realpath $$lock) \
+	  $(SIF_EXTRA) containers/extra.def
 
 smoke:  ## smoke-test IMAGE on one GPU (SMOKE_DEVICE=cpu: on CPU; RUNTIME=apptainer ...); report in $(SMOKE_OUT)
 	mkdir -p $(SMOKE_OUT)
