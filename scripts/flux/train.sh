@@ -17,6 +17,7 @@ ZEROKIT_DIR=${ZEROKIT_DIR:-$PWD}                  # the zerokit checkout (script
 IMAGE=${IMAGE:-$PWD/train.sif}                    # a .sif (apptainer) or an image name (docker)
 TRAIN_ARGS=${TRAIN_ARGS:---config zero3 --output-dir runs/zerokit-$(flux getattr jobid)}
 IFNAME=${IFNAME:-}                                # NIC for NCCL/gloo; empty: the one routing to the main node
+CHECK=${CHECK:-0}                                 # 1: the allocation's health check (launch --check-only) runs first, as its own step; a failing check ends the job
 # ---------------------------------------------------------------------------------------------
 set -euo pipefail
 run=()                                            # CONTAINER=none: on the host
@@ -32,6 +33,11 @@ MASTER_ADDR=${MASTER_ADDR:-$(flux hostlist --nth=0 instance)}
 export MASTER_ADDR
 gpus=()
 [ "$GPUS_PER_RANK" -gt 0 ] && gpus=(--gpus-per-task="$GPUS_PER_RANK")
+if [ "$CHECK" = 1 ]; then  # every rank, as training will run them
+  # shellcheck disable=SC2086
+  flux run -N "$NODES" --tasks-per-node="$RANKS_PER_NODE" "${gpus[@]}" "${run[@]}" launch --launcher flux \
+    ${IFNAME:+--ifname "$IFNAME"} --check-only || { echo "zerokit: the health check failed (report above): not training" >&2; exit 1; }
+fi
 # shellcheck disable=SC2086
 exec flux run -N "$NODES" --tasks-per-node="$RANKS_PER_NODE" "${gpus[@]}" \
   "${run[@]}" launch --launcher flux ${IFNAME:+--ifname "$IFNAME"} train $TRAIN_ARGS

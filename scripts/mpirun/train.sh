@@ -12,6 +12,7 @@ ZEROKIT_DIR=${ZEROKIT_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}  # the zerokit 
 IMAGE=${IMAGE:-$PWD/train.sif}
 TRAIN_ARGS=${TRAIN_ARGS:---config zero3 --output-dir runs/mpirun-$(date +%Y%m%d-%H%M%S)}
 IFNAME=${IFNAME:-}                                # NIC for MPI, NCCL and gloo; empty: the one routing to the first host
+CHECK=${CHECK:-0}                                 # 1: the allocation's health check (launch --check-only) runs first, as its own step; a failing check ends the job
 # ---------------------------------------------------------------------------------------------
 set -euo pipefail
 run=()                                            # CONTAINER=none: on the host
@@ -21,6 +22,12 @@ if [ "$CONTAINER" != none ]; then
 fi
 # launch writes the mpirun command (hosts, ranks per node, NIC for MPI/NCCL/gloo, main address and
 # port, re-entering the image on every rank); the host's mpirun runs it.
+if [ "$CHECK" = 1 ]; then  # every rank, as training will run them
+  check=$("${run[@]}" launch --launcher mpirun --hostfile "$HOSTFILE" --nproc-per-node "$RANKS_PER_NODE" \
+    ${IFNAME:+--ifname "$IFNAME"} --print-command --check-only)
+  echo "+ $check"
+  eval "$check" || { echo "zerokit: the health check failed (report above): not training" >&2; exit 1; }
+fi
 # shellcheck disable=SC2086
 command=$("${run[@]}" launch --launcher mpirun --hostfile "$HOSTFILE" --nproc-per-node "$RANKS_PER_NODE" \
   ${IFNAME:+--ifname "$IFNAME"} --print-command train $TRAIN_ARGS)

@@ -16,6 +16,7 @@ ZEROKIT_DIR=${ZEROKIT_DIR:-${SGE_O_WORKDIR:-$PWD}}  # the zerokit checkout (scri
 IMAGE=${IMAGE:-$PWD/train.sif}
 TRAIN_ARGS=${TRAIN_ARGS:---config zero3 --output-dir runs/zerokit-$JOB_ID}
 IFNAME=${IFNAME:-}                                # NIC for MPI, NCCL and gloo; empty: the one routing to the first node
+CHECK=${CHECK:-0}                                 # 1: the allocation's health check (launch --check-only) runs first, as its own step; a failing check ends the job
 MODULES=${MODULES:-singularitypro hpcx}           # ABCI modules to load; empty: none
 # ---------------------------------------------------------------------------------------------
 set -euo pipefail
@@ -31,6 +32,12 @@ if [ "$CONTAINER" != none ]; then
 fi
 # ABCI writes the job's hosts to SGE_JOB_HOSTLIST; other SGE sites give PE_HOSTFILE.
 hostfile=${SGE_JOB_HOSTLIST:-${PE_HOSTFILE:?neither SGE_JOB_HOSTLIST nor PE_HOSTFILE is set: submit with qsub}}
+if [ "$CHECK" = 1 ]; then  # every rank, as training will run them
+  check=$("${run[@]}" launch --launcher mpirun --hostfile "$hostfile" --nproc-per-node "$RANKS_PER_NODE" \
+    ${IFNAME:+--ifname "$IFNAME"} --print-command --check-only)
+  echo "+ $check"
+  eval "$check" || { echo "zerokit: the health check failed (report above): not training" >&2; exit 1; }
+fi
 # shellcheck disable=SC2086
 command=$("${run[@]}" launch --launcher mpirun --hostfile "$hostfile" --nproc-per-node "$RANKS_PER_NODE" \
   ${IFNAME:+--ifname "$IFNAME"} --print-command train $TRAIN_ARGS)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.netcluster import Cluster, missing_requirements, start_cluster
-from tests.cluster.test_launch_cluster import node_env
+from tests.cluster.test_launch_cluster import REPO, cpu_job_script, node_env, sbatch, train_args
 
 PORT = 29517  # fixed, so that the firewall test can drop it
 
@@ -69,6 +69,22 @@ def assert_healthy(report: dict, hosts: list[str]) -> None:
     ops = {row["op"] for row in report["collectives"]}
     assert ops == {"all_reduce", "all_gather"} and all(row["busbw_gbps"] > 0 for row in report["collectives"])
     assert all(n["facts"]["interface"] == "eth0" for n in report["nodes"])
+
+
+class Firewalled:
+    """iptables on NODES drops their packets to rank 0's port (each node's own netfilter)."""
+
+    def __init__(self, cluster: Cluster, *nodes: str) -> None:
+        self.namespaces = [cluster.node(n).netns for n in nodes]
+        self.rule = ["OUTPUT", "-p", "tcp", "--dport", str(PORT), "-j", "DROP"]
+
+    def __enter__(self) -> None:
+        for netns in self.namespaces:
+            subprocess.run(["ip", "netns", "exec", netns, "iptables", "-A", *self.rule], check=True)
+
+    def __exit__(self, *_: object) -> None:
+        for netns in self.namespaces:
+            subprocess.run(["ip", "netns", "exec", netns, "iptables", "-D", *self.rule], check=True)
 
 
 def leftovers(cluster: Cluster) -> list[str]:
@@ -141,13 +157,9 @@ def test_a_slow_link_names_its_node(cluster3: Cluster, tmp: Path):
 
 
 def test_a_node_that_cannot_reach_the_main_port_is_named_within_the_bound(cluster3: Cluster, tmp: Path):
-    netns = cluster3.node("node3").netns
-    rule = ["OUTPUT", "-p", "tcp", "--dport", str(PORT), "-j", "DROP"]
-    subprocess.run(["ip", "netns", "exec", netns, "iptables", "-A", *rule], check=True)
-    try:
+    with Firewalled(cluster3, "node3"):
         code, output, seconds = srun_check(cluster3, tmp, 3, "--check-timeout", "10")
-    finally:
-        subprocess.run(["ip", "netns", "exec", netns, "iptables", "-D", *rule], check=True)
+    print(f"firewalled node3, --check-timeout 10: srun ended after {seconds:.1f} s")
     assert code != 0, output[-4000:]
     assert seconds < 45, f"took {seconds:.0f} s with --check-timeout 10"
     assert "never arrived within 10 s: node3 (rank 2)" in output, output[-4000:]
@@ -166,3 +178,35 @@ def test_a_node_on_another_stack_is_named(cluster3: Cluster, tmp: Path):
     assert [f["host"] for f in findings] == ["node2"]
     assert "stack dev (the others: cpu)" in findings[0]["problem"] and "lock_sha256" in findings[0]["problem"]
     assert leftovers(cluster3) == []
+
+
+def test_job_script_with_check_ends_the_job_before_training(cluster3: Cluster, tmp: Path):
+    """scripts/slurm/train.sbatch with CHECK=1: the check is its own step; when it fails, nothing trains."""
+    output = tmp / "run"
+    env = node_env(tmp, CONTAINER="none", CHECK="1", MASTER_PORT=str(PORT), ZEROKIT_CHECK_TIMEOUT="10",
+                   TRAIN_ARGS=train_args(output))  # fmt: skip
+    with Firewalled(cluster3, "node2", "node3"):
+        code, log = sbatch(cluster3, cpu_job_script("scripts/slurm/train.sbatch", tmp), tmp, env, "--ntasks-per-node=1")
+    assert code != 0, log[-4000:]
+    assert "never arrived within 10 s: node2 (rank 1)" in log, log[-4000:]
+    assert "the health check failed (report above): not training" in log
+    assert not output.exists()
+    assert leftovers(cluster3) == []
+
+
+def test_mpirun_job_script_with_check_runs_it_then_trains(cluster3: Cluster, tmp: Path):
+    """scripts/mpirun/train.sh with CHECK=1 on a healthy pair of nodes: the report, then a short training."""
+    (tmp / "hosts").write_text("node1\nnode2\n")
+    output = tmp / "run"
+    mpi = {"OMPI_MCA_plm_rsh_agent": str(cluster3.rsh_agent), "OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "tcp,self"}
+    env = node_env(tmp, CONTAINER="none", CHECK="1", HOSTFILE=str(tmp / "hosts"), RANKS_PER_NODE="1",
+                   TRAIN_ARGS=train_args(output).replace("--max_steps 30", "--max_steps 4"), **mpi)  # fmt: skip
+    result = cluster3.run("node1", [str(REPO / "scripts/mpirun/train.sh")], env=env, cwd=tmp, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert "verdict: PASS" in log
+    assert (
+        log.index("verdict: PASS")
+        < log.index("rank 0 of 2 on node1 (local rank 0 of 1, node 0 of 2, openmpi), main node1:") + 1
+    )
+    assert (output / "model.safetensors").is_file()
