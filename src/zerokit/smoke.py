@@ -1,7 +1,8 @@
 """`smoke`: the single-GPU smoke test of an image, run inside it (`make smoke`, which passes the GPU in).
 
 One code path for both devices, the device being data (DEVICES):
-  1. doctor's checks, strict (and requiring a GPU on gpu);
+  1. doctor's checks, strict (and requiring a GPU on gpu), then `launch --check-only`: the health check
+     on the training's ranks (NCCL on the GPU, its all-reduce figures as nccl-tests reports them);
   2. a 30-step ZeRO-3 `train` of the embedded default: AdamW runs on DeepSpeed's prebuilt fused_adam
      (bf16 where the GPU supports it: train turns it on);
   3. the same with ZeRO-3 and CPU offload: AdamW runs on cpu_adam;
@@ -68,7 +69,7 @@ class Assertion:
 
 def evaluate(facts: Mapping) -> list[Assertion]:
     device = DEVICES[facts["device"]]
-    results = [doctor_assertion(facts["doctor"])]
+    results = [doctor_assertion(facts["doctor"]), health_check_assertion(facts["health_check"], device)]
     for run in RUNS:
         results += [
             train_assertion(run.name, facts["runs"][run.name]),
@@ -92,6 +93,21 @@ def check(name: str, ok: bool, detail: str) -> Assertion:
 def doctor_assertion(rows: list[Mapping]) -> Assertion:
     failed = [f"{r['name']}: {r['detail']}" for r in rows if r["status"] == "fail"]
     return check("doctor --strict", bool(rows) and not failed, "; ".join(failed) or f"{len(rows)} checks, none failed")
+
+
+def health_check_assertion(result: Mapping, device: Device) -> Assertion:
+    """`launch --check-only` passed, on NCCL where there is a GPU (gloo on CPU ranks)."""
+    report = result.get("report") or {}
+    backend = "nccl" if device.require_gpu else "gloo"
+    sweep = [row for row in report.get("collectives", []) if row["op"] == "all_reduce"]
+    best = max(sweep, key=lambda row: row["algbw_gbps"], default=None)
+    ok = result["returncode"] == 0 and report.get("verdict") == "pass" and report.get("backend") == backend
+    detail = f"exit {result['returncode']}, {report.get('backend', 'no report')}"
+    if best:
+        detail += (
+            f", all_reduce algbw {best['algbw_gbps']:.2f} GB/s busbw {best['busbw_gbps']:.2f} GB/s at {best['size']} B"
+        )
+    return check("launch --check-only", ok and best is not None, detail)
 
 
 def train_assertion(name: str, run: Mapping) -> Assertion:
@@ -163,6 +179,7 @@ def gather(device: str, stack_name: str, output: Path, environ: Mapping[str, str
     say(f"doctor (stack {stack.name}{', GPU required' if settings.require_gpu else ''})")
     with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed logs to stdout
         rows = run_checks(Context(stack=stack, environ=env, require_gpu=settings.require_gpu))
+    checked = health_check(settings.ranks, output, env)
     runs = {run.name: train(run, settings.ranks, output, env) for run in RUNS}
     generated = generate(output / RUNS[0].name, output, env)
     compiled = sorted(str(p.relative_to(extensions)) for p in extensions.rglob("*"))  # after every step
@@ -171,12 +188,28 @@ def gather(device: str, stack_name: str, output: Path, environ: Mapping[str, str
         "stack": stack.name,
         "steps": STEPS,
         "doctor": [r.as_dict() for r in rows],
+        "health_check": checked,
         "gpu": gpu_facts(stack.torch_cuda_arch_list),
         "runs": runs,
         "generate": generated,
         "torch_extensions_dir": str(extensions),
         "torch_extensions": compiled,
     }
+
+
+def health_check(ranks: int, output: Path, env: Mapping[str, str]) -> dict:
+    """`launch --check-only --json` on the training's ranks; its report read from stdout."""
+    argv = [sys.executable, "-m", "zerokit", "launch", "--nproc-per-node", str(ranks), "--no-preflight",
+            "--check-only", "--check-timeout", "60", "--json"]  # fmt: skip
+    with (output / "health-check.log").open("w") as log:
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    (output / "health-check.json").write_text(done.stdout)
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        report = None
+    say(f"launch --check-only ({ranks} rank(s)): exit {done.returncode}, verdict {(report or {}).get('verdict')}")
+    return {"returncode": done.returncode, "report": report}
 
 
 def train(run: Run, ranks: int, output: Path, env: Mapping[str, str]) -> dict:

@@ -21,6 +21,14 @@ def facts(device: str = "gpu") -> dict:
         "stack": "cuda13" if device == "gpu" else "cpu",
         "steps": 30,
         "doctor": [{"name": "gpu", "status": "ok", "detail": "1 visible", "fix": ""}],
+        "health_check": {
+            "returncode": 0,
+            "report": {
+                "verdict": "pass",
+                "backend": "nccl" if device == "gpu" else "gloo",
+                "collectives": [{"op": "all_reduce", "size": 8, "algbw_gbps": 0.1, "busbw_gbps": 0.0}],
+            },
+        },
         "gpu": {
             "devices": [["NVIDIA H100 80GB HBM3", [9, 0]]] if device == "gpu" else [],
             "torch_cuda": "13.0" if device == "gpu" else None,
@@ -66,6 +74,9 @@ def change(device: str, path: str, value) -> dict:
     [
         ("doctor", [{"name": "/dev/shm", "status": "fail", "detail": "64 MB", "fix": "--shm-size"}], "doctor --strict"),
         ("doctor", [], "doctor --strict"),  # no checks ran at all
+        ("health_check.returncode", 1, "launch --check-only"),
+        ("health_check.report.verdict", "fail", "launch --check-only"),
+        ("health_check.report", None, "launch --check-only"),  # no JSON report printed
         ("runs.zero3.returncode", 1, "train zero3"),
         ("runs.zero3.losses", [5.7, 5.6, 5.5], "loss falls: zero3"),  # falls, but too little
         ("runs.zero3-offload.losses", [5.7, 6.0], "loss falls: zero3-offload"),
@@ -98,6 +109,10 @@ def test_a_gpu_outside_the_arch_lists_fails(path: str, value):
 
 def test_a_newer_minor_capability_runs_code_of_the_same_major():
     assert failed(change("gpu", "gpu.devices.0.1", [8, 6])) == []  # an A10/RTX 30xx on sm_80 code
+
+
+def test_the_health_check_must_run_on_nccl_on_a_gpu():
+    assert failed(change("gpu", "health_check.report.backend", "gloo")) == ["launch --check-only"]
 
 
 @pytest.mark.parametrize("peak", [None, 0])

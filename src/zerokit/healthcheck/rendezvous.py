@@ -70,7 +70,7 @@ def meet(*, rank: int, world: int, address: str, port: int, timeout: float, host
             raise CheckFailed(message)
         store.set(f"{PREFIX}go", "1")
         return store
-    deadline += 5  # rank 0 may have started its own wait a little later than this rank arrived
+    deadline += timeout / 2  # rank 0 may have started its own wait a little later than this rank arrived
     while time.monotonic() < deadline:
         if store.check([f"{PREFIX}abort"]):
             raise CheckFailed(f"{host}: rank {rank} stops: rank 0 reports {store.get(f'{PREFIX}abort').decode()}")

@@ -15,6 +15,7 @@ from zerokit.errors import UserError
 from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckOptions, factor, seconds
 from zerokit.launch.head import HEAD_LAUNCHERS
 from zerokit.launch.local import DEFAULT_STOP_GRACE
+from zerokit.launch.program import user_script_argv
 
 # Head-node launchers: start every node from here (zerokit.launch.head).
 REMOTE_LAUNCHERS = tuple(HEAD_LAUNCHERS)
@@ -121,7 +122,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         metavar="SECONDS",
         default=env("CHECK_TIMEOUT", f"{DEFAULT_TIMEOUT:g}"),
         help=f"bound on each wait of the health check: a rank that never arrives is named after it "
-        f"(default {DEFAULT_TIMEOUT:g}; the whole check ends by twice this)",
+        f"(default {DEFAULT_TIMEOUT:g}; the whole check ends by three times this)",
     )
     add(
         "--check-slow-factor",
@@ -169,7 +170,9 @@ def target_argv(command: Sequence[str], python: str) -> tuple[str, ...]:
         words = words[1:]
     if not words:
         raise UserError("launch needs a command: `launch [flags] train [train flags]` or `launch [flags] -- cmd ...`")
-    return (python, "-m", "zerokit", *words) if words[0] in ZEROKIT_TARGETS else tuple(words)
+    if words[0] in ZEROKIT_TARGETS:
+        return (python, "-m", "zerokit", *words)
+    return user_script_argv(words, python) or tuple(words)
 
 
 def parse(argv: Sequence[str], environ: Mapping[str, str], python: str) -> LaunchConfig:
