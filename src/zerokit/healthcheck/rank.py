@@ -73,13 +73,21 @@ def check(options: CheckOptions, environ: Mapping[str, str], watchdog: Watchdog)
     store = meet(rank=rank, world=world, address=ranks["MASTER_ADDR"], port=int(ranks["MASTER_PORT"]),
                  timeout=options.timeout, host=host, hosts=options.hosts, per_node=per_node)  # fmt: skip
     rendezvous_s = time.monotonic() - started
-    on_gpu = torch.cuda.is_available() and local_rank < torch.cuda.device_count()
+    # One backend for every rank: NCCL when each local rank has its GPU (cuda:LOCAL_RANK, as training takes it).
+    on_gpu = torch.cuda.is_available() and per_node <= torch.cuda.device_count()
     device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
     if on_gpu:
         torch.cuda.set_device(device)
     backend = "nccl" if on_gpu else "gloo"
-    dist.init_process_group(backend, store=dist.PrefixStore("zerokit-check/pg", store), rank=rank,
-                            world_size=world, timeout=timedelta(seconds=options.timeout))  # fmt: skip
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore("zerokit-check/pg", store),
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=options.timeout),
+        device_id=device if on_gpu else None,
+    )
+
     try:
         watchdog.phase = "gathering the nodes' facts"
         everyone: list = [None] * world
