@@ -10,7 +10,15 @@ import time
 from pathlib import Path
 
 from zerokit import outputs
-from zerokit.bench.plan import DATA_SCALES, SKIPPABLE, BenchConfig, DataInputs, PlainInputs, plan_runs
+from zerokit.bench.plan import (
+    DATA_SCALES,
+    SKIPPABLE,
+    BenchConfig,
+    DataInputs,
+    PlainInputs,
+    common_training_flags,
+    plan_runs,
+)
 from zerokit.errors import UserError
 from zerokit.flags import environ_defaults
 from zerokit.launch.config import REMOTE_LAUNCHERS
@@ -49,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="configs compared on one node at the largest --ranks, comma-separated; none: no DeepSpeed "
         "(default: zero2,zero3,zero3-offload,none)",
     )
-    add("--steps", type=int, default=60, help="optimizer steps per run (default: 60)")
+    add("--steps", type=int, default=40, help="optimizer steps per run (default: 40)")
     add("--warmup-steps", type=int, default=5, help="steps after the first left out of throughput (default: 5)")
     add("--eval-steps", type=int, default=20, help="evaluate every N steps (default: 20)")
     add("--batch-size", type=int, default=16, help="samples per rank per step (default: 16)")
@@ -143,12 +151,17 @@ def plain_inputs(cfg: BenchConfig) -> PlainInputs | None:
 
     from zerokit.embedded import BLOCK_SIZE, model_config, prepare_embedded
     from zerokit.train.model import fit_to_tokenizer
+    from zerokit.train.options import EMBEDDED_TRAINING_DEFAULTS
 
     files, tokenizer_dir = prepare_embedded(cfg.output / "cache" / "embedded")  # where the train runs find it
     config = fit_to_tokenizer(model_config(), AutoTokenizer.from_pretrained(tokenizer_dir))
     config.save_pretrained(cfg.output / "plain-model-config")  # the model train builds for the embedded job
     flags = ("--config_name", str(cfg.output / "plain-model-config"), "--tokenizer_name", str(tokenizer_dir))
-    return PlainInputs(flags, str(files["train"]), str(files["validation"]), BLOCK_SIZE)
+    # The same job: train's own defaults for the embedded model (those bench does not set for both).
+    given = set(common_training_flags(cfg))
+    job = [(f"--{k}", str(v)) for k, v in EMBEDDED_TRAINING_DEFAULTS.items() if f"--{k}" not in given]
+    job_flags = tuple(part for pair in job for part in pair)
+    return PlainInputs(flags, str(files["train"]), str(files["validation"]), BLOCK_SIZE, job_flags)
 
 
 def data_inputs(cfg: BenchConfig, plain: PlainInputs | None) -> tuple[DataInputs | None, dict[int, float]]:

@@ -75,6 +75,7 @@ class PlainInputs:
     train_file: str
     validation_file: str
     block_size: int
+    job_flags: tuple[str, ...] = ()  # TrainingArguments train sets for this job and HF would not (embedded)
 
 
 def common_training_flags(cfg: BenchConfig) -> list[str]:
@@ -163,7 +164,7 @@ def plain_run(cfg: BenchConfig, name: str, ranks: int, inputs: PlainInputs) -> R
         str(cfg.plain_script), *inputs.model_flags,
         "--train_file", inputs.train_file, "--validation_file", inputs.validation_file,
         "--block_size", str(inputs.block_size), "--deepspeed", str(cfg.config),
-        "--output_dir", str(folder / "output"), "--timings_dir", str(folder / "timings"),
+        "--output_dir", str(folder / "output"), "--timings_dir", str(folder / "timings"), *inputs.job_flags,
     ]  # fmt: skip
     if not cfg.on_gpu:
         argv.append("--use_cpu")
