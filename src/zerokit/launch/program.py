@@ -1,10 +1,12 @@
-"""Whether the ranks' program can be started, checked before any rank starts.
+"""The ranks' program: how a user's Python script runs as a rank, and whether the program can be started,
+checked before any rank starts.
 
 The exit codes are a shell's: 127 for a command not found, 126 for one that is not executable.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -13,6 +15,9 @@ from collections.abc import Mapping, Sequence
 from zerokit.errors import UserError
 from zerokit.launch.local import Command
 
+# `launch -- python script.py`: the interpreters run as zerokit's own, through zerokit.launch.user_script.
+PYTHON_NAMES = ("python", "python3")
+USER_SCRIPT = "zerokit.launch.user_script"
 NOT_FOUND = 127
 NOT_EXECUTABLE = 126
 
@@ -23,6 +28,19 @@ class CannotRun(UserError):
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def user_script_argv(words: Sequence[str], python: str) -> tuple[str, ...] | None:
+    """`python script.py ARGS` or `script.py ARGS` as `PYTHON -m zerokit.launch.user_script script.py ARGS`.
+
+    PYTHON is the interpreter zerokit runs under (the image's, inside one); None for any other command.
+    A script's process group comes up before the script runs, so that HF and DeepSpeed see every rank.
+    """
+    if words and words[0].endswith(".py"):
+        return (python, "-m", USER_SCRIPT, *words)
+    if len(words) > 1 and words[0] in (*PYTHON_NAMES, python) and words[1].endswith(".py"):
+        return (python, "-m", USER_SCRIPT, *words[1:])
+    return None
 
 
 def check_program(program: str, search_path: str) -> None:
@@ -47,7 +65,46 @@ def check_program(program: str, search_path: str) -> None:
         )
 
 
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of `--flag V` or `--flag=V` in args (the last one wins, as argparse has it)."""
+    value = None
+    for i, word in enumerate(args):
+        if word == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif word.startswith(flag + "="):
+            value = word.split("=", 1)[1]
+    return value
+
+
+def check_batch_size(args: Sequence[str], world_size: int) -> None:
+    """A script's `--deepspeed ds.json` whose fixed train_batch_size this job's ranks cannot make: refuse it
+    here, before every rank fails in DeepSpeed's batch assertion. HF's flags and defaults (8 per device, 1
+    accumulation step) give the rest, as HF hands them to DeepSpeed."""
+    path = flag_value(args, "--deepspeed")
+    if not path or not path.endswith(".json"):
+        return
+    try:
+        with open(path, encoding="utf-8") as file:
+            config = json.load(file)
+    except (OSError, ValueError):
+        return  # the script reports it, as it would without launch
+    total = config.get("train_batch_size") if isinstance(config, dict) else None
+    try:
+        micro = int(flag_value(args, "--per_device_train_batch_size") or 8)
+        steps = int(flag_value(args, "--gradient_accumulation_steps") or 1)
+    except (TypeError, ValueError):
+        return  # "auto" or a typo: HF fills or reports it
+    if isinstance(total, int) and total != micro * steps * world_size:
+        raise UserError(
+            f"{path} fixes train_batch_size at {total}, but this job makes {micro} per rank x {steps} accumulation "
+            f'step(s) x {world_size} rank(s) = {micro * steps * world_size}: set it to "auto", or start '
+            f"{total // (micro * steps) if total % (micro * steps) == 0 else 'a matching number of'} ranks"
+        )
+
+
 def check_commands(commands: Sequence[Command], environ: Mapping[str, str]) -> None:
-    """check_program for each command, in the environment it will have."""
+    """check_program for each command, in the environment it will have; a user script's batch size."""
     for command in commands:
         check_program(command.argv[0], {**environ, **command.env}.get("PATH", os.defpath))
+        if command.argv[1:3] == ("-m", USER_SCRIPT) and "WORLD_SIZE" in command.env:
+            check_batch_size(command.argv[4:], int(command.env["WORLD_SIZE"]))

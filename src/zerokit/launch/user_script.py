@@ -1,0 +1,161 @@
+"""Run a user's Python script as one rank of a job: the process group first, then the script, as `python
+script.py` would run it (`sys.argv`, `__main__`, `__file__`, the script's folder first on `sys.path`).
+
+`launch ... -- python script.py ARGS` (or `launch ... script.py ARGS`) runs each rank as
+`python -m zerokit.launch.user_script script.py ARGS`; DeepSpeed's launcher can run it too:
+`deepspeed --hostfile H --module zerokit.launch.user_script script.py ARGS`.
+
+Why, measured with transformers 5.23, accelerate 1.15, DeepSpeed 0.19.8 on CPU ranks:
+- without `--use_cpu` (a script written for GPU nodes), accelerate sets up no process group on a
+  host without an accelerator: each rank trains alone (world size 1) into the same output folder;
+- with `--use_cpu`, accelerate starts torch.distributed but not DeepSpeed's communication, and ZeRO-3's
+  `zero.Init` reads the world size (1) before it starts it: "train_batch_size is not equal to
+  micro_batch_per_gpu * gradient_acc_step * world_size 8 != 4 * 1 * 1".
+accelerate's CPU path needs `cpu=True`, and ACCELERATE_USE_CPU cannot give it: TrainingArguments and
+accelerate's AcceleratorState both read it, and with it AcceleratorState drops DeepSpeed (the Trainer then
+wraps a ZeRO-3 model in DDP: "'weight' must be 2-D"). So before the script, on a rank of several:
+CPU ranks get TrainingArguments(use_cpu=True) whatever the script says (on a host without an accelerator it
+means nothing else: the device is the CPU either way, and the flag only makes accelerate's setup join the
+job, as zerokit's train passes it); torch.distributed starts (gloo on CPU, nccl on GPU after selecting
+LOCAL_RANK's device), then deepspeed.comm on top of it; and accelerate's own view of the job must hold all
+the ranks, or the rank stops at once: never N lone trainings.
+
+Only a script that imports transformers, accelerate or deepspeed is set up so; any other (a plain torch
+script that calls init_process_group itself) runs as it is, with the rank's variables.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import runpy
+import sys
+from collections.abc import MutableMapping, Sequence
+from pathlib import Path
+
+from zerokit.cluster import detect_environment
+from zerokit.errors import UserError
+
+HF_MODULES = ("transformers", "accelerate", "deepspeed")
+USAGE = "usage: python -m zerokit.launch.user_script SCRIPT.py [ARGS]"
+
+
+def imported_roots(source: str) -> set[str]:
+    """The top-level packages a script imports, anywhere in it."""
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def uses_hf(script: Path) -> bool:
+    try:
+        return bool(imported_roots(script.read_text(encoding="utf-8")) & set(HF_MODULES))
+    except (OSError, UnicodeDecodeError, SyntaxError):
+        return False  # Python itself reports it, as `python script.py` would
+
+
+def rank_variables(environ: MutableMapping[str, str]) -> int:
+    """The world size, after filling RANK, WORLD_SIZE ... from an MPI launcher's variables where unset
+    (DeepSpeed's `--launcher openmpi` starts ranks with OMPI_COMM_WORLD_* alone)."""
+    if "RANK" not in environ:
+        cluster = detect_environment(environ)
+        if cluster is not None:
+            for name, value in cluster.torch_env().items():
+                environ.setdefault(name, value)
+    return int(environ.get("WORLD_SIZE", "1") or "1")
+
+
+def join_job(world_size: int, environ: MutableMapping[str, str]) -> str:
+    """Start torch.distributed and deepspeed.comm for a rank of `world_size`; the backend used."""
+    import torch
+    import torch.distributed as dist
+
+    on_gpu = torch.cuda.is_available()
+    if on_gpu:
+        torch.cuda.set_device(int(environ.get("LOCAL_RANK", "0")))
+        backend = "nccl"
+    else:
+        train_on_cpu()
+        backend = "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend)
+    try:
+        import deepspeed
+    except ImportError:
+        pass
+    else:
+        deepspeed.init_distributed(dist_backend=backend)
+    check_one_job(world_size, cpu=not on_gpu)
+    return backend
+
+
+def train_on_cpu() -> None:
+    """Every TrainingArguments of this process gets use_cpu=True (see the module's docstring)."""
+    try:
+        from transformers import TrainingArguments
+    except ImportError:
+        return
+    post_init = TrainingArguments.__post_init__
+
+    @functools.wraps(post_init)
+    def on_cpu(self) -> None:
+        self.use_cpu = True
+        post_init(self)
+
+    TrainingArguments.__post_init__ = on_cpu
+
+
+def check_one_job(world_size: int, cpu: bool) -> None:
+    """Stop (UserError) unless torch.distributed and accelerate both see `world_size` ranks."""
+    import torch.distributed as dist
+
+    seen = {"torch.distributed": dist.get_world_size()}
+    try:
+        from accelerate import PartialState
+    except ImportError:
+        pass
+    else:
+        seen["accelerate"] = PartialState(cpu=cpu).num_processes
+        PartialState._reset_state()  # TrainingArguments builds its own, from the same variables
+    wrong = {name: size for name, size in seen.items() if size != world_size}
+    if wrong:
+        views = ", ".join(f"{name} sees {size}" for name, size in wrong.items())
+        raise UserError(
+            f"launch started {world_size} ranks, but {views}: each rank would train alone into the same "
+            "output folder; unset the ACCELERATE_* variables that pick a device"
+        )
+
+
+def run(argv: Sequence[str], environ: MutableMapping[str, str] = os.environ) -> None:
+    words = list(argv)
+    # DeepSpeed's launcher with --module puts its --local_rank=N first; the script gets it, as without --module.
+    local_rank = [words.pop(0)] if words and words[0].startswith("--local_rank=") else []
+    if not words:
+        raise UserError(USAGE)
+    script, args = Path(words[0]), [*local_rank, *words[1:]]
+    if not script.is_file():
+        raise UserError(f"no such script: {script}: check the path (relative to {os.getcwd()})")
+    world_size = rank_variables(environ)
+    if world_size > 1 and uses_hf(script):
+        join_job(world_size, environ)
+    sys.argv = [str(script), *args]
+    sys.path[0] = str(script.resolve().parent)  # as `python script.py` has it
+    runpy.run_path(str(script), run_name="__main__")
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        run(argv)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
