@@ -1,0 +1,34 @@
+"""transformers' run_clm-style script, unmodified, under `launch` on every GPU of this node with ZeRO-3: one
+job (each rank reports the world size), loss falling; the bootstrap's nccl path (set_device, then the
+process group). Run it in a CUDA environment: `ZEROKIT_STACK=cuda13 pytest -m gpu`. Needs 2 GPUs or more."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.e2e.test_user_scripts import LOSS, clm_argv, inputs  # noqa: F401 (a fixture)
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 NVIDIA GPUs: torch sees fewer"),
+]
+
+
+@pytest.mark.parametrize("extra", [["--deepspeed", str(REPO / "configs/zero3.json")], []], ids=["deepspeed", "ddp"])
+def test_run_clm_trains_as_one_job_on_the_gpus(inputs, zk_env, tmp_path, extra):  # noqa: F811
+    gpus = torch.cuda.device_count()
+    argv = ["launch", "--nproc-per-node", str(gpus), "--", "python", *clm_argv(inputs, tmp_path / "out"), *extra]
+    result = subprocess.run(
+        [sys.executable, "-m", "zerokit", *argv], env=zk_env, cwd=tmp_path, capture_output=True, text=True, timeout=900
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert {f"run_clm: rank {r} of world size {gpus}" for r in range(gpus)} <= set(log.splitlines())
+    losses = [float(x) for x in LOSS.findall(result.stdout)]
+    assert len(losses) >= 4 and losses[-1] < losses[0], losses
