@@ -36,12 +36,13 @@ RECORDED_PREFIXES = (
 RECORDED_NAMES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LD_PRELOAD", "PYTHONHASHSEED")
 # Never recorded, whatever the prefix: a record is shared with results.
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-# Set for each run by the launcher or by train itself (zerokit.launch.plan, zerokit.offline): recorded,
-# compared only when set now too (doctor runs outside the job, where the launcher has not set them yet).
+# Set for each run by the launcher, by train itself (zerokit.launch.plan, zerokit.offline) or by the
+# libraries it imports before starting ranks (torch, accelerate and DeepSpeed set the NVML one): recorded,
+# compared only when set now too (doctor runs outside the job, where none of them has set them yet).
 RUN_SET_NAMES = (
     "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "OMP_NUM_THREADS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
-    "ZEROKIT_STARTUP_MARKS",
+    "ZEROKIT_STARTUP_MARKS", "PYTORCH_NVML_BASED_CUDA_CHECK",
 )  # fmt: skip
 # Where caches and homes are: recorded, never a difference (they do not change what is computed).
 LOCATION_NAMES = (

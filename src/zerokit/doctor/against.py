@@ -106,7 +106,7 @@ def compare_environment(result: Comparison, then: Mapping[str, str], now: Mappin
         result.check(f"environment {name}", then.get(name), now.get(name))
     if skipped_run_set:
         shown = ", ".join(name.split("=")[0] for name in skipped_run_set)
-        result.notes.append(f"set for each run by the launcher or train, unset here, not compared: {shown}")
+        result.notes.append(f"set for each run (launcher, train, its libraries), unset here, not compared: {shown}")
     result.notes.append(f"cache locations not compared: {', '.join(LOCATION_NAMES)}")
 
 
