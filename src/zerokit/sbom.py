@@ -46,20 +46,18 @@ def add_dpkg(bom_path: Path) -> int:
     return len(debs)
 
 
-def components(bom: dict, purl_type: str) -> dict[str, str]:
-    """name -> version of the components whose purl is of purl_type ("pypi", "deb")."""
-    return {
-        c["name"]: c["version"] for c in bom.get("components", []) if c.get("purl", "").startswith(f"pkg:{purl_type}/")
-    }
+def is_deb(component: dict) -> bool:
+    return component.get("purl", "").startswith("pkg:deb/")
 
 
 def python_packages(bom: dict) -> dict[str, str]:
-    """Normalized name (PEP 503) -> version of the Python distributions."""
-    return {normalize(name): version for name, version in components(bom, "pypi").items()}
+    """Normalized name (PEP 503) -> version of the Python distributions: every component cyclonedx-py
+    listed (one installed from a local wheel, as DeepSpeed's is, has no purl, so none is required)."""
+    return {normalize(c["name"]): c["version"] for c in bom.get("components", []) if not is_deb(c)}
 
 
 def debian_packages(bom: dict) -> dict[str, str]:
-    return components(bom, "deb")
+    return {c["name"]: c["version"] for c in bom.get("components", []) if is_deb(c)}
 
 
 def normalize(name: str) -> str:
