@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zerokit.launch.environment import free_port
-from zerokit.preemption import BENCH_WITHOUT_VARIABLE
 
 SKIPPABLE = ("configs", "startup", "data", "overhead", "preemption")
 DATA_SCALES = (1, 10)  # corpus sizes of the data group, in copies of the corpus
@@ -199,6 +198,8 @@ def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: D
                 for kind in ("raw", "prepared"):
                     runs.append(data_run(cfg, kind, scale, compare_ranks, data_inputs, round_))
     if "overhead" not in cfg.skip and plain_inputs:
+        from zerokit.preemption import BENCH_WITHOUT_VARIABLE  # imports transformers: not for bench's --help
+
         without = {BENCH_WITHOUT_VARIABLE: "1"}
         for repeat in range(1, cfg.repeats + 1):  # one round: zerokit, plain, zerokit without the callback
             runs.append(zerokit_run(cfg, f"overhead-zerokit-{repeat}", "overhead", 1, compare_ranks))
