@@ -80,7 +80,7 @@ def test_run_clm_trains_as_one_job(inputs, zk_env, tmp_path, extra):
 def test_tutorial_script_with_a_deepspeed_dict_trains_on_two_ranks(inputs, zk_env, tmp_path):
     """TrainingArguments(deepspeed=dict) with train_batch_size 8 = 4 x 1 x 2 ranks, run as `launch script.py`."""
     argv = [str(USERS / "tutorial_trainer.py"), "--model_config", inputs["config"], "--tokenizer",
-            inputs["tokenizer"], "--train_file", inputs["train"], "--max_steps", "12", "--output_dir",
+            inputs["tokenizer"], "--train_file", inputs["train"], "--max_steps", "20", "--output_dir",
             str(tmp_path / "out")]  # fmt: skip
     assert_one_job_learning(launch(argv, zk_env, tmp_path), "tutorial")
 
