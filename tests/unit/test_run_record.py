@@ -146,3 +146,11 @@ def test_something_that_is_not_a_run_record_is_refused_in_one_line(tmp_path: Pat
     (tmp_path / "x.json").write_text('{"a": 1}')
     with pytest.raises(UserError, match="not a zerokit run record"):
         read_run_record(tmp_path / "x.json")
+
+
+def test_an_images_short_commit_is_the_same_commit_as_the_checkouts(tmp_path: Path):
+    record = {**a_record(tmp_path, CONFIG), "zerokit": {"version": "0.1.0", "commit": "c1" + "0" * 38}}
+    now = facts(zerokit={"version": "0.1.0", "commit": "c1" + "0" * 10, "dirty": None})
+    assert compare(record, {}, now=now).differences == []
+    now = facts(zerokit={"version": "0.1.0", "commit": "c2" + "0" * 10, "dirty": None})
+    assert [line.split(":")[0] for line in compare(record, {}, now=now).differences] == ["zerokit commit"]

@@ -74,9 +74,14 @@ def compare(record: dict, environ: Mapping[str, str], now: dict | None = None) -
         result.check(f"image label {label}", labels_then.get(label), labels_now.get(label))
     result.check("stack", record.get("stack"), now["stack"])
     result.check("lock sha256", (record.get("lock") or {}).get("sha256"), now["lock"]["sha256"])
-    for key in ("version", "commit"):
-        result.check(f"zerokit {key}", (record.get("zerokit") or {}).get(key), now["zerokit"][key])
-    if (record.get("zerokit") or {}).get("dirty"):
+    then_zerokit = record.get("zerokit") or {}
+    result.check("zerokit version", then_zerokit.get("version"), now["zerokit"]["version"])
+    # An image knows its commit by a 12-digit prefix (image.json), a checkout by the whole hash.
+    commit_then, commit_now = then_zerokit.get("commit"), now["zerokit"]["commit"]
+    if commit_then and commit_now and (commit_then.startswith(commit_now) or commit_now.startswith(commit_then)):
+        commit_now = commit_then
+    result.check("zerokit commit", commit_then, commit_now)
+    if then_zerokit.get("dirty"):
         result.notes.append("the run's checkout had uncommitted changes: the same commit may not be the same code")
     versions_then = record.get("versions") or {}
     for package in sorted(versions_then.keys() | now["versions"].keys()):
