@@ -12,11 +12,13 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
 import zerokit
+from zerokit.image_info import read_image_info
 from zerokit.paths import STACKS_DIR
 from zerokit.runtimes import inside
 
@@ -31,16 +33,17 @@ NVIDIA_SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "ec
 def node_facts(environ: Mapping[str, str], torch) -> dict:
     stack = environ.get("ZEROKIT_STACK") or "cpu"
     lock = STACKS_DIR.parent / "lock" / f"{stack}.txt"
-    found = inside(environ)
+    built = read_image_info() or {}  # inside a zerokit image: its tag and build id (stack-commit)
     facts = {
         "host": socket.gethostname(),
         "interface": environ.get("NCCL_SOCKET_IFNAME") or environ.get("GLOO_SOCKET_IFNAME") or "default",
         "zerokit": zerokit.__version__,
-        "commit": environ.get("ZEROKIT_COMMIT") or git_commit(Path(zerokit.__file__).resolve().parents[2]),
+        "commit": built.get("commit") or git_commit(Path(zerokit.__file__).resolve().parents[2]),
         "stack": stack,
         "lock_sha256": file_sha256(lock),
-        "image": f"{found[0].name}:{found[1]}" if found else "none (host)",
-        "python": environ.get("ZEROKIT_PYTHON_VERSION") or _python(),
+        "image": image_identity(built),
+        "image_path": runtime_image(environ),
+        "python": sys.version.split()[0],
         "torch": torch.__version__,
         "deepspeed": _version("deepspeed"),
         "mem_available": mem_available(),
@@ -49,6 +52,17 @@ def node_facts(environ: Mapping[str, str], torch) -> dict:
         **gpu_facts(torch),
     }
     return facts
+
+
+def image_identity(built: dict) -> str:
+    """The image's tag and build id (/etc/zerokit/image.json): the same on every node of a job, wherever each
+    node keeps its copy (the runtime's path for it is a fact shown, not compared)."""
+    return f"{built.get('tag', '?')} ({built.get('build_id', '?')})" if built else "none (host)"
+
+
+def runtime_image(environ: Mapping[str, str]) -> str:
+    found = inside(environ)
+    return f"{found[0].name} {found[1]}" if found else "-"
 
 
 def git_commit(folder: Path) -> str:
@@ -149,9 +163,3 @@ def _version(package: str) -> str:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return "not installed"
-
-
-def _python() -> str:
-    import sys
-
-    return sys.version.split()[0]

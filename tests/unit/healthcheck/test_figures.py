@@ -113,3 +113,14 @@ def test_the_report_reads_as_the_readme_shows():
     text = report.text(built)
     assert "FAIL n2: slow link" in text and text.endswith("verdict: FAIL (1 finding(s) above)")
     assert "      4K" in text and "n1 - n2" in text
+
+
+def test_the_image_is_named_by_its_build_and_its_path_is_shown_apart():
+    from zerokit.healthcheck.facts import IDENTITY, image_identity, runtime_image
+
+    assert image_identity({"tag": "zerokit:cuda13", "build_id": "cuda13-0123456789ab"}) == (
+        "zerokit:cuda13 (cuda13-0123456789ab)"
+    )
+    assert image_identity({}) == "none (host)"
+    assert runtime_image({"APPTAINER_CONTAINER": "/local/train.sif"}) == "apptainer /local/train.sif"
+    assert "image" in IDENTITY and "image_path" not in IDENTITY
