@@ -38,6 +38,9 @@ class HeadJob:
 class HeadLauncher:
     argv: Callable[[HeadJob], tuple[str, ...]]
     needs_ifname: bool  # the launcher's own traffic is steered to the job's interface
+    # Started inside the image, its daemons (OpenMPI's orted) reach the other hosts over the image's ssh,
+    # which re-enters the image there (zerokit.launch.remote_shell): the ranks start in it as they are.
+    daemons_reenter_image: bool = False
 
 
 def pdsh(job: HeadJob) -> tuple[str, ...]:
@@ -87,6 +90,6 @@ def _rank_env(job: HeadJob) -> dict[str, str]:
 # `launch --launcher NAME`: the head-node launchers, by the command users know them by.
 HEAD_LAUNCHERS: dict[str, HeadLauncher] = {
     "pdsh": HeadLauncher(pdsh, needs_ifname=False),
-    "mpirun": HeadLauncher(openmpi, needs_ifname=True),
+    "mpirun": HeadLauncher(openmpi, needs_ifname=True, daemons_reenter_image=True),
     "mpiexec": HeadLauncher(hydra, needs_ifname=True),
 }

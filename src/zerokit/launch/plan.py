@@ -214,7 +214,10 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
     nproc = config.nproc_per_node or 1
     main_address = config.master_addr or hosts[0]
     port = config.master_port or port_from_job_id(cluster.job_id if cluster else None)
-    env = forwarded_env(environ)
+    # Inside the image, pdsh's command re-enters it on each host; an MPI launcher's daemons do (its ranks
+    # then need neither the re-entry nor the host's PATH).
+    in_image = inside(environ) is not None and launcher.daemons_reenter_image
+    env = forwarded_env(environ, host_path=not in_image)
     job = HeadJob(
         hosts=hosts,
         nproc_per_node=nproc,
@@ -223,7 +226,7 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
         ifname=config.ifname or (interface_to(main_address) if launcher.needs_ifname else None),
         workdir=config.workdir,
         env=env,
-        launch=(*container_prefix(environ), config.python, "-m", "zerokit", "launch"),
+        launch=(*([] if in_image else container_prefix(environ)), config.python, "-m", "zerokit", "launch"),
         target=checked_target(config, hosts),
     )
     return Plan(
@@ -242,12 +245,12 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
     )
 
 
-def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
+def forwarded_env(environ: Mapping[str, str], host_path: bool = True) -> dict[str, str]:
     """The head node's variables that the remote launches need; never tokens or keys.
 
     Inside a container the search paths are the image's, and the image sets its own again on the remote
-    host: the remote command gets the host's PATH instead, as the runtime kept it (Apptainer's USER_PATH),
-    so that ssh's bare login environment finds the runtime where this one was found.
+    host: the remote command gets the host's PATH instead (with `host_path`), as the runtime kept it
+    (Apptainer's USER_PATH), so that ssh's bare login environment finds the runtime where this one was found.
     """
     found = inside(environ)
     names = () if found else FORWARDED_NAMES
@@ -258,7 +261,7 @@ def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
         and not any(m in name for m in SECRET_MARKERS)
         and not name.startswith(HEAD_ONLY_PREFIXES)
     }
-    if found and environ.get(found[0].host_path):
+    if found and host_path and environ.get(found[0].host_path):
         env["PATH"] = environ[found[0].host_path]
     return env
 

@@ -253,6 +253,17 @@ def test_pdsh_inside_apptainer_reenters_the_same_image_found_on_the_hosts_path(t
     assert "/opt/venv/bin" not in p.commands[0].argv[-1]
 
 
+def test_mpirun_inside_apptainer_starts_the_ranks_as_they_are(tmp_path):
+    """OpenMPI's daemons re-enter the image over the image's ssh (zerokit.launch.remote_shell): a rank
+    wrapped in `apptainer exec` again would look for apptainer inside the image, with the host's PATH."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node1\nnode2\n")
+    environ = {"APPTAINER_CONTAINER": "/shared/train.sif", "PATH": "/opt/venv/bin:/usr/bin", "USER_PATH": "/usr/bin"}
+    argv = make_plan(["--launcher", "mpirun", "--hostfile", str(hostfile), "train"], environ).commands[0].argv
+    assert "apptainer" not in argv and not any(word.startswith("PATH=") for word in argv)
+    assert argv[-11:-7] == (PY, "-m", "zerokit", "launch")
+
+
 def test_each_node_of_a_pdsh_launch_finds_its_rank():
     argv = [
         "--hosts",
