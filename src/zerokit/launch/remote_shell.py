@@ -27,8 +27,9 @@ from zerokit.runtimes import inside
 SSH = "/usr/bin/ssh"
 # ssh's options that take a value (OpenSSH 9, ssh(1)): the first other word is the host.
 WITH_VALUE = set("BbcDEeFIiJLlmOoPpQRSWw")
-# The launchers whose remote commands must run in the image: command names (/proc/PID/comm).
-LAUNCHERS = ("pdsh", "mpirun", "orterun", "prterun", "orted", "prted")
+# The launchers whose remote commands must run in the image: command names (/proc/PID/comm). Debian's
+# and Ubuntu's pdsh is a script that runs pdsh.bin.
+LAUNCHERS = ("pdsh", "pdsh.bin", "mpirun", "mpiexec", "orterun", "prterun", "orted", "prted")
 
 
 def split_ssh(words: Sequence[str]) -> tuple[list[str], str | None, list[str]]:

@@ -89,9 +89,10 @@ def test_split_ssh_skips_options_and_their_values():
     )
 
 
-def test_a_launchers_remote_command_reenters_the_image():
+@pytest.mark.parametrize("caller", ["pdsh", "pdsh.bin", "mpirun", "orted"])  # pdsh.bin: Debian's pdsh
+def test_a_launchers_remote_command_reenters_the_image(caller: str):
     words = ["-lroot", "node2", "export A=1;", "cd /w;", PY, "-u", "-m", "deepspeed.launcher.launch"]
-    assert remote_argv(words, SIF_ENV, "pdsh") == [
+    assert remote_argv(words, SIF_ENV, caller) == [
         SSH, "-lroot", "node2",
         "env PATH=/opt/apptainer/bin:/usr/bin apptainer exec --nv /x/train.sif bash -c "
         f"'export A=1; cd /w; {PY} -u -m deepspeed.launcher.launch'",
