@@ -103,6 +103,32 @@ def test_pdsh_from_inside_the_sif_reenters_it_on_the_other_node(
     assert one_node_in_the_sif == pytest.approx(logged_losses(tmp / "run"), abs=1e-4)
 
 
+def test_mpirun_from_inside_the_sif_reenters_it_on_the_other_node(
+    cluster: Cluster, apptainer: Apptainer, sif: Path, one_node_in_the_sif
+):
+    """`launch --launcher mpirun` in the SIF: the image's OpenMPI starts orted on node2 over the image's ssh,
+    which re-enters the SIF there (zerokit.launch.remote_shell); the ranks then start in the image as they are."""
+    tmp = cluster.shared_dir / "sif-mpirun-inside"
+    tmp.mkdir()
+    (tmp / "hosts").write_text("node1\nnode2\n")
+    env = sif_env(
+        tmp,
+        apptainer,
+        sif,
+        APPTAINER_BIND=f"{cluster.run_dir / 'ssh' / 'ssh_config'}:/etc/ssh/ssh_config",
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+    )
+    argv = ["apptainer", "exec", str(sif), "launch", "--launcher", "mpirun", "--hostfile", str(tmp / "hosts"),
+            "--nproc-per-node", "1", "--", "train", *train_args(tmp / "run").split()]  # fmt: skip
+    result = cluster.run("node1", argv, env=env, cwd=tmp, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert set(ranks_seen(log).items()) == {(0, "node1"), (1, "node2")}
+    assert_trained(tmp / "run")
+    assert one_node_in_the_sif == pytest.approx(logged_losses(tmp / "run"), abs=1e-4)
+
+
 def test_killing_one_nodes_rank_in_the_sif_ends_the_job_without_a_hang(
     cluster: Cluster, apptainer: Apptainer, sif: Path
 ):
