@@ -70,8 +70,11 @@ def given_config(deepspeed_arg: str | None) -> dict | None:
     """The DeepSpeed config as handed to HF: a file's path, or zerokit's base64 JSON of a changed copy."""
     if not deepspeed_arg:
         return None
-    if Path(deepspeed_arg).is_file():
-        return json.loads(Path(deepspeed_arg).read_text())
+    try:
+        if Path(deepspeed_arg).is_file():
+            return json.loads(Path(deepspeed_arg).read_text())
+    except OSError:  # zerokit's base64 JSON is often longer than a file name may be
+        pass
     try:
         return json.loads(base64.urlsafe_b64decode(deepspeed_arg))
     except (binascii.Error, ValueError):

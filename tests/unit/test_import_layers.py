@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
         "zerokit.stack", "zerokit.runtimes", "zerokit.outputs", "zerokit.checkpoints", "zerokit.model_source",
         "zerokit.hf_flags", "zerokit.data", "zerokit.embedded", "zerokit.lora", "zerokit.nic", "zerokit.step_clock",
         "zerokit.hub_cache", "zerokit.cluster", "zerokit.ops_gate", "zerokit.container",
-        "zerokit.sbom", "zerokit.image_info", "zerokit.provenance",
+        "zerokit.sbom", "zerokit.image_info", "zerokit.provenance", "zerokit.ds_configs",
     },
     {
         "zerokit.doctor", "zerokit.offline", "zerokit.trainer", "zerokit.preemption", "zerokit.prepare",

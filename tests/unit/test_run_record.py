@@ -154,3 +154,15 @@ def test_an_images_short_commit_is_the_same_commit_as_the_checkouts(tmp_path: Pa
     assert compare(record, {}, now=now).differences == []
     now = facts(zerokit={"version": "0.1.0", "commit": "c2" + "0" * 10, "dirty": None})
     assert [line.split(":")[0] for line in compare(record, {}, now=now).differences] == ["zerokit commit"]
+
+
+def test_the_config_given_as_a_long_base64_string_is_read_not_opened():
+    """--deterministic on CPU hands HF the config as base64 JSON, longer than a file name may be (ENAMETOOLONG)."""
+    import base64
+    import json
+
+    from zerokit.run_record import given_config
+
+    config = {"zero_optimization": {"stage": 3}, "padding": "x" * 400, "torch_adam": True}
+    encoded = base64.urlsafe_b64encode(json.dumps(config).encode()).decode()
+    assert len(encoded) > 255 and given_config(encoded) == config

@@ -201,5 +201,5 @@ def test_a_stack_that_pins_a_shared_package_again_is_refused(tmp_path: Path):
     text = (REPO / "containers/stacks/cpu.toml").read_text()
     path = tmp_path / "twice.toml"
     path.write_text(text.replace("[packages]\n", '[packages]\ntransformers = "4.0.0"\n'))
-    with pytest.raises(StackError, match="transformers pinned here and in .*common/packages.toml: keep each version"):
+    with pytest.raises(StackError, match=r"transformers pinned here and in .*common/packages\.toml: keep each version"):
         load_stack(str(path))

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
-from zerokit.train.options import ds_config_argument, resolve_ds_config
+from zerokit.ds_configs import resolve_ds_config
+from zerokit.train.options import ds_config_argument
 
 
 def error_lines(stderr: str) -> list[str]:

@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str]) -> BenchConfig:
-    from zerokit.train.options import resolve_ds_config
+    from zerokit.ds_configs import resolve_ds_config
 
     cut = argv.index("--") if "--" in argv else len(argv)
     own, train_args = argv[:cut], argv[cut + 1 :]
@@ -129,7 +129,7 @@ def parse(argv: list[str]) -> BenchConfig:
 
 
 def checked_configs(text: str) -> list[str]:
-    from zerokit.train.options import resolve_ds_config
+    from zerokit.ds_configs import resolve_ds_config
 
     names = [name.strip() for name in text.split(",") if name.strip()]
     for name in names:

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zerokit.ds_configs import bundled
 from zerokit.errors import UserError
-from zerokit.paths import CONFIGS_DIR
 from zerokit.provenance import LOCATION_NAMES, RUN_SET_NAMES, environment_facts, leaves
 
 IMAGE_KEYS = ("kind", "stack", "tag", "build_id", "commit", "base_image", "sif_sha256", "python_prefix")
@@ -125,7 +125,7 @@ def current_config_file(section: dict, cwd: str | None) -> Path | None:
     if name:
         given = Path(name)
         candidates.append(given if given.is_absolute() else Path(cwd or ".") / given)
-        candidates.append(CONFIGS_DIR / (name if name.endswith(".json") else f"{name}.json"))
+        candidates.append(bundled(name))
     if section.get("file"):
         candidates.append(Path(section["file"]))
     return next((path for path in candidates if path.is_file()), None)

@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from zerokit.errors import UserError
+from zerokit.ds_configs import CONFIGS_DIR, resolve_ds_config
 from zerokit.flags import flag
 from zerokit.lora import LORA_FORMAT
-from zerokit.paths import CONFIGS_DIR
 
 # Where `train`'s TrainingArguments differ from Hugging Face's, and why; every other field keeps HF's
 # default and meaning. `train --help` and the README list these (a unit test keeps them in step).
@@ -140,30 +139,6 @@ class TrainOptions:
     @property
     def embedded(self) -> bool:
         return self.model is None and self.model_type is None
-
-
-def resolve_ds_config(name: str) -> Path | None:
-    """A path, or the name of a bundled config; checked to be JSON with a zero_optimization stage."""
-    if name == "none":
-        return None
-    path = Path(name)
-    if not path.exists() and not path.is_absolute():
-        bundled = CONFIGS_DIR / (name if name.endswith(".json") else f"{name}.json")
-        if bundled.exists():
-            path = bundled
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in CONFIGS_DIR.glob("*.json")))
-        raise UserError(f"DeepSpeed config not found: {name} (give a JSON file or one of: {known})")
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise UserError(
-            f"DeepSpeed config {path} is not valid JSON (line {error.lineno}: {error.msg}); "
-            "fix the file or pick a bundled one (--config zero2|zero3|zero3-offload)"
-        ) from None
-    if not isinstance(config, dict):
-        raise UserError(f"DeepSpeed config {path} must be a JSON object with a zero_optimization section")
-    return path.resolve()
 
 
 def ds_config_argument(path: Path, *, torch_adam: bool = False, load_universal: bool = False) -> str:
