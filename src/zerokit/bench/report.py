@@ -335,7 +335,7 @@ def configs_section(rows: list[dict]) -> list[str]:
     ]
     for r in rows:
         memory = " / ".join(f"{m:.0f}" for m in r["peak_memory_per_rank_mib"])
-        mfu_text = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
+        mfu_text = percent(r["mfu"]) if r["mfu"] is not None else "-"
         lines.append(
             f"| {r['config']} | {r['samples_per_s']:.1f} | {r['tokens_per_s']:.0f} | {memory} "
             f"| {r['time_to_first_step_s']:.1f} | {mfu_text} |"
@@ -349,7 +349,8 @@ def configs_section(rows: list[dict]) -> list[str]:
             else "each rank's peak RSS (on CPU, ZeRO's partitioning of "
             "optimizer state is small next to torch's and the libraries' own memory in this tiny model)"
         )
-        + "; MFU needs a GPU (or `--peak-tflops`).",
+        + ("" if gpu else "; MFU needs a GPU (or `--peak-tflops`)")
+        + ".",
     ]
     return lines
 
@@ -394,9 +395,9 @@ def overhead_section(overhead: dict | None) -> list[str]:
         "| | samples/s | tokens/s | time to first step (s) |" + (" MFU |" if gpu else ""),
         "|---|---:|---:|---:|" + ("---:|" if gpu else ""),
         f"| zerokit train | {z['median_samples_per_s']:.1f} | {z['median_tokens_per_s']:.0f} "
-        f"| {z['median_time_to_first_step_s']:.2f} |" + (f" {100 * z['mfu']:.1f}% |" if gpu else ""),
+        f"| {z['median_time_to_first_step_s']:.2f} |" + (f" {percent(z['mfu'])} |" if gpu else ""),
         f"| plain script (tests/bench) | {p['median_samples_per_s']:.1f} | {p['median_tokens_per_s']:.0f} "
-        f"| {p['median_time_to_first_step_s']:.2f} |" + (f" {100 * p['mfu']:.1f}% |" if gpu else ""),
+        f"| {p['median_time_to_first_step_s']:.2f} |" + (f" {percent(p['mfu'])} |" if gpu else ""),
         f"| **ratio zerokit / plain** | **{t['ratio']:.3f}** ({spread(t)}) | | **{s['ratio']:.3f}** ({spread(s)}) |"
         + (" |" if gpu else ""),
         "",
@@ -442,3 +443,8 @@ def startup_phase_table(overhead: dict) -> list[str]:
             "once per install and node, then keeps the verdict; zerokit.launch.preflight).",
         ]
     return lines
+
+
+def percent(fraction: float) -> str:
+    """MFU as a percentage with two significant digits: a tiny model's 0.0071% is not "0.0%"."""
+    return f"{100 * fraction:.2g}%"

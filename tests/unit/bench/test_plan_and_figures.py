@@ -195,3 +195,10 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path: Path, zk_env):
     result_ = run_zerokit(["bench", "--output", str(tmp_path / "new"), "--ranks", "0"], zk_env)
     assert result_.returncode == 2 and "at least 1" in result_.stderr
     assert not (tmp_path / "new").exists()
+
+
+def test_a_tiny_models_mfu_is_not_printed_as_zero():
+    """Seen on an H100: the tiny bench model's 0.007% MFU read "0.0%"."""
+    from zerokit.bench.report import percent
+
+    assert (percent(0.00007), percent(0.412)) == ("0.007%", "41%")
