@@ -61,7 +61,7 @@ sysdeps:  ## install the system packages the environment needs (as root on Debia
 $(VENV)/.lock-$(STACK): $(LOCK) containers/lock/dev.txt | sysdeps
 	$(PYTHON) -m venv $(VENV)
 	containers/install-lock $(VPY) $(STACK)
-	$(VPY) -m pip install --quiet --no-deps --require-hashes -r containers/lock/dev.txt
+	$(VPY) -m pip install --quiet --no-deps --require-hashes --no-compile -r containers/lock/dev.txt
 	touch $@
 
 # Rewritten only when what the wheel is built from changes (Python, torch, DeepSpeed, the ops and
@@ -79,7 +79,10 @@ $(DS_WHEEL_STAMP): $(DS_WHEEL_INPUTS) $(DS_WHEEL_SCRIPTS) | $(VENV)/.lock-$(STAC
 	touch $@
 
 $(VENV)/.ready-$(STACK): $(DS_WHEEL_STAMP) pyproject.toml
-	$(VPY) -m pip install --quiet --no-deps --force-reinstall $(DS_WHEEL_DIR)/deepspeed-*.whl
+	$(VPY) -m pip install --quiet --no-deps --force-reinstall --no-compile $(DS_WHEEL_DIR)/deepspeed-*.whl
+	@# Hash-based .pyc, as containers/install-lock writes them: no install-time stamps (README "Reproducible builds").
+	PYTHONHASHSEED=0 $(VPY) -m compileall -q -j 0 --invalidation-mode unchecked-hash \
+	  "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
 	$(VPY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(VPY) -m zerokit ops-gate $(STACK)
 	touch $@
