@@ -214,9 +214,10 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
     nproc = config.nproc_per_node or 1
     main_address = config.master_addr or hosts[0]
     port = config.master_port or port_from_job_id(cluster.job_id if cluster else None)
-    # Inside the image, pdsh's command re-enters it on each host; an MPI launcher's daemons do (its ranks
-    # then need neither the re-entry nor the host's PATH).
-    in_image = inside(environ) is not None and launcher.daemons_reenter_image
+    # Inside the image, pdsh's command re-enters it on each host; an MPI launcher run from the image has its
+    # daemons do it (its ranks then need neither the re-entry nor the host's PATH). A printed command
+    # (--print-command) is the host's mpirun's to run: its ranks must enter the image themselves.
+    in_image = inside(environ) is not None and launcher.daemons_reenter_image and not config.print_command
     env = forwarded_env(environ, host_path=not in_image)
     job = HeadJob(
         hosts=hosts,

@@ -262,6 +262,8 @@ def test_mpirun_inside_apptainer_starts_the_ranks_as_they_are(tmp_path):
     argv = make_plan(["--launcher", "mpirun", "--hostfile", str(hostfile), "train"], environ).commands[0].argv
     assert "apptainer" not in argv and not any(word.startswith("PATH=") for word in argv)
     assert argv[-11:-7] == (PY, "-m", "zerokit", "launch")
+    printed = make_plan(["--launcher", "mpirun", "--hostfile", str(hostfile), "--print-command", "train"], environ)
+    assert "apptainer" in printed.commands[0].argv  # the host's mpirun runs it (scripts/mpirun/train.sh)
 
 
 def test_each_node_of_a_pdsh_launch_finds_its_rank():
