@@ -185,7 +185,7 @@ def test_bench_over_one_and_two_nodes(cluster: Cluster):
     (tmp / "hosts").write_text("node1\nnode2\n")
     argv = ["bench", "--output", str(tmp / "report"), "--nodes", "1,2", "--ranks", "1", "--hostfile",
             str(tmp / "hosts"), "--steps", "8", "--warmup-steps", "2", "--eval-steps", "4",
-            "--skip", "overhead"]  # fmt: skip
+            "--skip", "overhead", "--skip", "configs", "--skip", "data"]  # fmt: skip
     result = cluster.run("node1", argv, env=node_env(tmp), cwd=tmp, timeout=600)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     figures = json.loads((tmp / "report" / "results.json").read_text())
