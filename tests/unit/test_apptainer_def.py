@@ -11,7 +11,8 @@ from spython.main.parse.parsers import DockerParser, SingularityParser
 from zerokit.stack import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
-ENTRYPOINTS = sorted(p.name for p in (REPO / "entrypoints").iterdir())
+# entrypoints/ssh is a shim for launchers' remote commands (zerokit.launch.remote_shell), not a command of its own.
+ENTRYPOINTS = sorted(p.name for p in (REPO / "entrypoints").iterdir() if p.name != "ssh")
 # Differs on purpose: a .sif is read-only, so the HF cache moves to $HOME there.
 DIFFERENT_ON_PURPOSE = {"HF_HOME"}
 

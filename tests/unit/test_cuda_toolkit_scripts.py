@@ -179,10 +179,16 @@ def test_build_image_of_cuda12_is_debian_with_the_volta_arch_list(tmp_path: Path
 
 
 def build_ds_wheel(tmp_path: Path, stack: str, cuda_home: Path, **extra_env: str) -> subprocess.CompletedProcess:
-    """containers/build-ds-wheel with a python whose `-m pip wheel` records its environment instead."""
+    """containers/build-ds-wheel with a python whose `-m pip download` leaves an empty sdist and whose
+    `-m pip wheel` records its environment instead."""
     python = tmp_path / "python"
     python.write_text(
         "#!/bin/sh\n"
+        'if [ "$1 $2 $3" = "-m pip download" ]; then\n'
+        '  while [ "$1" != -d ]; do shift; done\n'
+        '  sdist=$(mktemp -d) && mkdir "$sdist/deepspeed-0.19.8" && touch "$sdist/deepspeed-0.19.8/PKG-INFO"\n'
+        '  mkdir -p "$2" && tar -czf "$2/deepspeed-0.19.8.tar.gz" -C "$sdist" deepspeed-0.19.8; exit 0\n'
+        "fi\n"
         'if [ "$1 $2" = "-m pip" ]; then\n'
         f"  env > {tmp_path / 'pip-env'}\n"
         '  while [ "$1" != -w ]; do shift; done\n'
