@@ -147,12 +147,13 @@ sif:  ## turn image TAG into $(SIF) with Apptainer (or Singularity)
 
 SIF_BASE ?= $(SIF)
 SIF_EXTRA ?= $(basename $(SIF_BASE))-extra.sif
+# The CA bundle pip trusts in the build (a site's CA_FILE, else the host's): copied in, removed before the SIF is made.
+SIF_CA = $(or $(CA_FILE),$(firstword $(wildcard /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt)))
 sif-extra:  ## without Docker: SIF_BASE plus EXTRA=requirements.txt (locked against the stack) into SIF_EXTRA
 	@test -n "$(EXTRA)" || { echo "error: give the packages: make sif-extra EXTRA=requirements.txt" >&2; exit 2; }
 	lock=$$(UV=$(UV) containers/lock-extra $(STACK) $(EXTRA)) && \
-	  $(APPTAINER) build --force $(if $(CA_FILE),--bind $(abspath $(CA_FILE)):/run/zerokit-site-ca.pem) \
-	  --build-arg SIF_BASE=$(abspath $(SIF_BASE)) --build-arg STACK=$(STACK) --build-arg LOCK=$$(realpath $$lock) \
-	  $(SIF_EXTRA) containers/extra.def
+	  $(APPTAINER) build --force --build-arg CA=$(abspath $(SIF_CA)) --build-arg SIF_BASE=$(abspath $(SIF_BASE)) \
+	  --build-arg STACK=$(STACK) --build-arg LOCK=$$(realpath $$lock) $(SIF_EXTRA) containers/extra.def
 
 smoke:  ## smoke-test IMAGE on one GPU (SMOKE_DEVICE=cpu: on CPU; RUNTIME=apptainer ...); report in $(SMOKE_OUT)
 	mkdir -p $(SMOKE_OUT)
