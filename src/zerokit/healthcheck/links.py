@@ -79,36 +79,28 @@ def merge(measured: list[dict]) -> list[Link]:
 
 
 def _ping(dist, torch, small, peer: int, on_gpu: bool, first: bool) -> float:
-    times = []
-    for _ in range(LATENCY_ROUNDS + 2):
-        _sync(torch, on_gpu)
-        start = time.perf_counter()
-        if first:
-            dist.send(small, peer)
-            dist.recv(small, peer)
-        else:
-            dist.recv(small, peer)
-            dist.send(small, peer)
-        _sync(torch, on_gpu)
-        times.append((time.perf_counter() - start) / 2)
+    times = [_exchange(dist, torch, small, small, peer, on_gpu, first) / 2 for _ in range(LATENCY_ROUNDS + 2)]
     return min(times[2:])
 
 
 def _stream(dist, torch, big, small, peer: int, on_gpu: bool, sending: bool) -> float:
     """bytes/s of `big` to (or from) peer; the sender times it up to the receiver's ack."""
-    best = float("inf")
-    for _ in range(BANDWIDTH_ROUNDS):
-        _sync(torch, on_gpu)
-        start = time.perf_counter()
-        if sending:
-            dist.send(big, peer)
-            dist.recv(small, peer)
-        else:
-            dist.recv(big, peer)
-            dist.send(small, peer)
-        _sync(torch, on_gpu)
-        best = min(best, time.perf_counter() - start)
+    best = min(_exchange(dist, torch, big, small, peer, on_gpu, sending) for _ in range(BANDWIDTH_ROUNDS))
     return big.numel() * big.element_size() / best
+
+
+def _exchange(dist, torch, out, back, peer: int, on_gpu: bool, sending: bool) -> float:
+    """Seconds for `out` to go one way and `back` the other; the sending side sends `out` first."""
+    _sync(torch, on_gpu)
+    start = time.perf_counter()
+    if sending:
+        dist.send(out, peer)
+        dist.recv(back, peer)
+    else:
+        dist.recv(out, peer)
+        dist.send(back, peer)
+    _sync(torch, on_gpu)
+    return time.perf_counter() - start
 
 
 def _sync(torch, on_gpu: bool) -> None:
