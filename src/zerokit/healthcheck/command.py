@@ -37,23 +37,25 @@ def rank_argv(python: str, options: CheckOptions) -> tuple[str, ...]:
 
 def seconds(value: str, name: str) -> float:
     """A positive, finite number of seconds, or a UserError naming the flag."""
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
+    number = _number(value)
     if not (math.isfinite(number) and number > 0):
         raise UserError(f"{name}={value!r} is not a number of seconds: give one above 0, e.g. 30")
     return number
 
 
 def factor(value: str, name: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
+    number = _number(value)
     if not (math.isfinite(number) and number > 1):
         raise UserError(f"{name}={value!r} is not a factor above 1: give e.g. 4 (four times slower than the median)")
     return number
+
+
+def _number(value: str) -> float:
+    """The value as a float; NaN (refused by the callers' range checks) when it is not a number."""
+    try:
+        return float(value)
+    except ValueError:
+        return math.nan
 
 
 def parse_options(argv: Sequence[str]) -> CheckOptions:
