@@ -70,12 +70,12 @@ $(DS_WHEEL_INPUTS): FORCE
 	@mkdir -p $(@D) && $(STACK_CMD) ds-wheel-inputs > $@.new && { cmp -s $@.new $@ && rm $@.new || mv $@.new $@; }
 
 # The CUDA_HOME scripts only for cuda stacks: an edit to them does not recompile the cpu stack's ops.
-DS_WHEEL_SCRIPTS := containers/build-ds-wheel containers/portable-cc \
+DS_WHEEL_SCRIPTS := containers/cached-ds-wheel containers/build-ds-wheel containers/portable-cc \
   $(if $(filter cuda,$(shell $(STACK_CMD) get accelerator)),containers/cuda-home containers/system-cuda-home)
 
 $(DS_WHEEL_STAMP): $(DS_WHEEL_INPUTS) $(DS_WHEEL_SCRIPTS) | $(VENV)/.lock-$(STACK)
 	rm -rf $(DS_WHEEL_DIR) && mkdir -p $(DS_WHEEL_DIR)
-	containers/build-ds-wheel $(VPY) $(STACK) $(DS_WHEEL_DIR)
+	containers/cached-ds-wheel $(VPY) $(STACK) $(DS_WHEEL_DIR)
 	touch $@
 
 $(VENV)/.ready-$(STACK): $(DS_WHEEL_STAMP) pyproject.toml

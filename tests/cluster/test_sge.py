@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from tests.cluster.netcluster import Cluster
 from tests.cluster.sge import Sge
+from tests.conftest import REPO
 
-PYTHON = "/work/main/.venv/bin/python"
-SRC = "/work/main/src"
+# The suite's own interpreter and source tree: the nodes share this machine's file system.
+PYTHON = sys.executable
+SRC = REPO / "src"
 
 
 def run_job(sge: Sge, directory: Path, body: str, slots: int = 2) -> list[str]:

@@ -54,8 +54,19 @@ def kill_all_with(marker: str) -> None:
             os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
 
 
+def default_stop_signals() -> None:
+    """In the child before exec: the stop signals at their default disposition.
+
+    launch keeps a signal it inherited as ignored (nohup's contract, tested by the nohup case), so a
+    test of how launch handles a signal must not inherit the disposition of whatever started the suite
+    (a CI runner or `nohup` ignores SIGHUP; a shell's background job ignores SIGINT).
+    """
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def start_zerokit(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    """`python -m zerokit ARGS` in the background, its output captured as text."""
+    """`python -m zerokit ARGS` in the background with default stop signals, its output captured as text."""
     return subprocess.Popen(
         [sys.executable, "-m", "zerokit", *args],
         env=env,
@@ -63,6 +74,7 @@ def start_zerokit(args: list[str], env: dict[str, str]) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_stop_signals,
     )
 
 

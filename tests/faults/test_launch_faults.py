@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
-from tests.faults.processes import kill_all_with, start_zerokit, strays, unique_marker, wait_for_files
+from tests.faults.processes import default_stop_signals, kill_all_with, start_zerokit, strays, unique_marker, wait_for_files
 
 GRACE = 1  # --stop-grace of these tests, seconds
 BOUND = GRACE + 8  # a stop must be over within this, start-up of launch and its ranks included
@@ -296,6 +296,7 @@ def test_under_nohup_a_hangup_stops_nothing(tmp_path, env, marker):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_stop_signals,  # nohup, not the suite's starter, is what ignores SIGHUP here
     )
     wait_for_files([tmp_path / "ready-0", tmp_path / "ready-1"])
     proc.send_signal(signal.SIGHUP)
