@@ -50,7 +50,7 @@ SMOKE_OUT ?= runs/smoke
 SMOKE_WORDS = DOCKER=$(DOCKER) APPTAINER=$(APPTAINER) $(PYTHON) src/zerokit/runtimes.py argv $(RUNTIME) $(IMAGE) \
   $(if $(filter gpu,$(SMOKE_DEVICE)),--gpu) --bind $(abspath $(SMOKE_OUT)) --as-caller
 
-.PHONY: FORCE help sysdeps venv demo test lint lock clean image base-image sif sif-extra smoke bench
+.PHONY: FORCE help sysdeps venv demo test test-gpu lint lock clean image base-image sif sif-extra smoke bench
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -104,6 +104,9 @@ bench: venv $(JIT_ENV)/.ready  ## CPU-sized report in runs/bench/ (ranks, config
 
 test: venv  ## run the test suite
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+test-gpu: venv  ## the gpu-marked tests, in STACK's environment on a GPU node (make test-gpu STACK=cuda13)
+	ZEROKIT_STACK=$(STACK) $(VPY) -m pytest -m gpu tests/gpu $(PYTEST_ARGS)
 
 lint: venv  ## ruff
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -171,6 +171,7 @@ def test_host_mpirun_runs_each_rank_in_the_sif(cluster: Cluster, apptainer: Appt
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
     assert f"apptainer exec --nv {sif} /opt/venv/bin/python -m zerokit launch" in log  # each rank re-enters
+    assert "--mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0" in log  # the interface found on the node
     assert ranks_seen(log) == {0: "node1", 1: "node2"}
     assert_trained(tmp / "run")
 
@@ -189,6 +190,7 @@ def test_sge_job_script_with_the_sif_under_qsub(sge_cluster, apptainer: Apptaine
     log = result.stdout + result.stderr + (tmp / "job.log").read_text()
     assert result.returncode == 0, log[-4000:]
     assert sorted(ranks_seen(log)) == [0, 1] and set(ranks_seen(log).values()) == {"node1", "node2"}
+    assert ", sge), main " in log  # launch found the scheduler from the PE's variables
     assert_trained(tmp / "run")
 
 

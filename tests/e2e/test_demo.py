@@ -1,4 +1,7 @@
-"""`make demo`'s job: 2 CPU ranks, ZeRO-3, embedded default; it must clearly learn and compile nothing."""
+"""`make demo`'s job: 2 CPU ranks, ZeRO-3, embedded default; it must clearly learn and compile nothing.
+
+It is also the suite's 2-rank ZeRO-3 train-save-reload run (test_train_zero.py runs the other configs).
+"""
 
 from __future__ import annotations
 
@@ -21,6 +24,10 @@ def test_demo_halves_perplexity_and_writes_a_sample(tmp_path: Path, zk_env):
     untrained = math.exp(evals[0]["eval_loss"])
     assert results["perplexity"] <= untrained / 2, (results["perplexity"], untrained)
 
+    # The saved folder is a whole transformers model (the samples come from reloading it; ZeRO-3 gathered it).
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "train_results.json", "all_results.json"):
+        assert (out / name).is_file(), name
+    assert results["perplexity"] == math.exp(results["eval_loss"])
     samples = (out / "samples.txt").read_text().splitlines()
     assert len(samples) == 4 and samples[0].startswith("three plus four is")
     assert f"eval perplexity: {results['perplexity']:.2f}" in result.stdout

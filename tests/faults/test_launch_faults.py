@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
-from tests.faults.processes import default_stop_signals, kill_all_with, start_zerokit, strays, unique_marker, wait_for_files
+from tests.faults.processes import (
+    default_stop_signals,
+    kill_all_with,
+    start_zerokit,
+    strays,
+    unique_marker,
+    wait_for_files,
+)
 
 GRACE = 1  # --stop-grace of these tests, seconds
 BOUND = GRACE + 8  # a stop must be over within this, start-up of launch and its ranks included

@@ -49,11 +49,19 @@ def test_an_explicit_port_in_use_is_refused_for_a_lone_rank():
             check_port_free(port, "fix it so")
 
 
-def test_a_port_left_in_time_wait_or_free_passes():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    check_port_free(port, "unused")
+def test_a_port_left_in_time_wait_passes():
+    """A port an earlier run's store left in TIME_WAIT is usable (rank 0's store binds with SO_REUSEADDR)."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the store's (its connections inherit it)
+        listener.bind(("0.0.0.0", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)):
+            accepted, _ = listener.accept()
+            accepted.close()  # this side closes first: its end of the connection waits in TIME_WAIT
+    with socket.socket() as plain, pytest.raises(OSError, match="in use"):
+        plain.bind(("0.0.0.0", port))  # the premise: without SO_REUSEADDR the port is still taken
+    check_port_free(port, "unused")  # raises UserError if the port were refused
 
 
 def test_a_required_scheduler_must_have_started_this_process():
