@@ -78,7 +78,7 @@ def start_zerokit(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     )
 
 
-def wait_for_files(paths: Iterable[Path], timeout: float = 20.0) -> None:
+def wait_for_files(paths: Iterable[Path], timeout: float = 60.0) -> None:
     """Until every file exists (ranks write one when they are ready for a signal)."""
     paths = list(paths)
     deadline = time.monotonic() + timeout

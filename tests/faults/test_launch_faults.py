@@ -27,7 +27,10 @@ from tests.faults.processes import (
 )
 
 GRACE = 1  # --stop-grace of these tests, seconds
-BOUND = GRACE + 8  # a stop must be over within this, start-up of launch and its ranks included
+# A stop must be over within this, start-up of launch and its ranks included. Wide for a loaded 2-core machine
+# (a CI run beside other work): what it tells apart is a stop after the grace from a hang, and the stuck
+# ranks sleep 600 s.
+BOUND = GRACE + 29
 
 # A rank stuck where a signal cannot stop it: it ignores the stop signals, and has a child.
 # argv: -c CODE FOLDER MARKER
@@ -116,8 +119,8 @@ def test_a_healthy_rank_finishes_its_checkpoint_within_the_grace(tmp_path, env, 
     code, stderr, seconds = launch_and_signal([*args, str(tmp_path), marker], env, ready, signal.SIGTERM)
     assert code == 85, stderr  # the requeue code reaches the job script
     assert (tmp_path / "checkpoint-0").exists() and (tmp_path / "checkpoint-1").exists()
-    assert "killing" not in stderr
-    assert seconds < 8
+    assert "killing" not in stderr  # done within the 10 s grace
+    assert seconds < BOUND
     assert strays(marker) == []
 
 
