@@ -1,4 +1,4 @@
-"""Preemption: SIGTERM to a 2-rank ZeRO-3 run at three steps, `--resume auto` after each; same losses as without.
+"""Preemption: SIGTERM to a 2-rank ZeRO-3 run at two steps, `--resume auto` after each; same losses as without.
 
 The signal goes to the local launcher (as Slurm's goes to the batch shell), which forwards it to
 the ranks; each time train checkpoints at the step end and exits with the requeue code.
@@ -74,7 +74,7 @@ def interrupt_at(step: int, output: Path, env: dict[str, str], tmp: Path) -> tup
     return code, err.read_text(errors="replace")
 
 
-def test_sigterm_at_three_steps_then_resume_auto_matches_an_uninterrupted_run(tmp_path: Path, zk_env):
+def test_sigterm_at_two_steps_then_resume_auto_matches_an_uninterrupted_run(tmp_path: Path, zk_env):
     baseline = tmp_path / "baseline"
     result = run_zerokit(train_argv(baseline), zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -82,7 +82,7 @@ def test_sigterm_at_three_steps_then_resume_auto_matches_an_uninterrupted_run(tm
     assert sorted(expected) == list(range(1, STEPS + 1))
 
     output = tmp_path / "preempted"
-    targets = sorted(random.Random(20240).sample(range(3, STEPS - 4), 3))
+    targets = sorted(random.Random(20240).sample(range(3, STEPS - 4), 2))  # preempted again after a resume
     stopped_at = []
     for target in targets:
         code, stderr = interrupt_at(target, output, zk_env, tmp_path)
@@ -91,7 +91,7 @@ def test_sigterm_at_three_steps_then_resume_auto_matches_an_uninterrupted_run(tm
         assert newest_complete_checkpoint(output) == output / f"checkpoint-{step}"
         assert not (output / "model.safetensors").exists()  # no final export after a preemption
         stopped_at.append(step)
-    assert len(set(stopped_at)) == 3 and stopped_at == sorted(stopped_at), stopped_at
+    assert len(set(stopped_at)) == 2 and stopped_at == sorted(stopped_at), stopped_at
 
     result = run_zerokit(train_argv(output, "--resume", "auto"), zk_env)
     assert result.returncode == 0, result.stderr[-3000:]

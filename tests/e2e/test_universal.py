@@ -7,6 +7,7 @@ learning-rate schedule and data position all come through the conversion.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -25,19 +26,20 @@ def train_argv(output: Path, ranks: int, steps: int, *extra: str) -> list[str]:
 
 
 def test_two_rank_checkpoint_resumes_on_one_rank_after_conversion(tmp_path: Path, zk_env):
-    baseline, run = tmp_path / "baseline", tmp_path / "run"
+    baseline = tmp_path / "baseline"
     result = run_zerokit(train_argv(baseline, 2, 20), zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
-    result = run_zerokit(train_argv(run, 2, 10), zk_env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    checkpoint = run / "checkpoint-10"
+    # The uninterrupted run's own checkpoint at step 10, copied: what a run stopped there would have left.
+    checkpoint = tmp_path / "stopped" / "checkpoint-10"
+    shutil.copytree(baseline / "checkpoint-10", checkpoint)
 
     result = run_zerokit(["universal", str(checkpoint)], zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (checkpoint / "latest_universal").read_text().strip() == "global_step10_universal"
     assert len(list((checkpoint / "global_step10").glob("*optim_states.pt"))) == 2  # the shards are kept
 
-    result = run_zerokit(train_argv(run, 1, 20, "--resume", "auto"), zk_env)
+    run = tmp_path / "run"
+    result = run_zerokit(train_argv(run, 1, 20, "--resume", str(checkpoint)), zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resuming from {checkpoint} (its universal form" in result.stdout
     resumed, expected = logged_losses(run), logged_losses(baseline)
