@@ -410,10 +410,12 @@ def _ip(*args: str) -> None:
 
 
 def _kept_under_tmp() -> list[Path]:
-    """Paths under /tmp that every node must still see: this checkout and the Python running the tests
-    (a CI clone may live in /tmp, which each node replaces with its own)."""
-    candidates = sorted({Path(__file__).resolve().parents[2], Path(sys.prefix).resolve()})
-    under_tmp = [p for p in candidates if p.is_relative_to("/tmp") and p != Path("/tmp")]
+    """Paths under /tmp that every node must still see: this checkout, the Python running the tests and the
+    folder of $ZEROKIT_TEST_SIF (a CI clone may live in /tmp, which each node replaces with its own)."""
+    seen = {Path(__file__).resolve().parents[2], Path(sys.prefix).resolve()}
+    if sif := os.environ.get("ZEROKIT_TEST_SIF"):
+        seen.add(Path(sif).resolve().parent)
+    under_tmp = [p for p in sorted(seen) if p.is_relative_to("/tmp") and p != Path("/tmp")]
     return [p for p in under_tmp if not any(p != q and p.is_relative_to(q) for q in under_tmp)]
 
 
