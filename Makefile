@@ -50,7 +50,7 @@ SMOKE_OUT ?= runs/smoke
 SMOKE_WORDS = DOCKER=$(DOCKER) APPTAINER=$(APPTAINER) $(PYTHON) src/zerokit/runtimes.py argv $(RUNTIME) $(IMAGE) \
   $(if $(filter gpu,$(SMOKE_DEVICE)),--gpu) --bind $(abspath $(SMOKE_OUT)) --as-caller
 
-.PHONY: FORCE help sysdeps venv demo test lint lock clean image base-image sif sif-extra smoke bench
+.PHONY: FORCE help sysdeps venv demo test soak lint lock clean image base-image sif sif-extra smoke bench
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -104,6 +104,11 @@ bench: venv $(JIT_ENV)/.ready  ## CPU-sized report in runs/bench/ (ranks, config
 
 test: venv  ## run the test suite
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# Each multi-node launcher's short job SOAK_RUNS times on the namespace cluster, in $(SIF) (tests/cluster/soak).
+SOAK_RUNS ?= 20
+soak: venv  ## as root: every multi-node launcher's job SOAK_RUNS times in $(SIF); runs and non-zero exits each
+	PATH="$$(tests/apptainer/provision):$$PATH" $(VPY) tests/cluster/soak --sif $(SIF) --runs $(SOAK_RUNS)
 
 lint: venv  ## ruff
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
