@@ -5,10 +5,10 @@ died at exit with `terminate called without an active exception` (SIGABRT, exit 
 a rank: the main thread in Py_FinalizeEx (its last garbage collection), and a gloo worker thread
 (c10d::ProcessGroupGloo::runLoop) destroying a finished collective (AsyncAllgatherWork) whose tensors still
 had Python objects. Their decref takes the GIL, and during finalization Python ends any other thread that
-asks for it with pthread_exit; the unwinding meets a noexcept destructor: std::terminate. Upstream, torch
-does not stop its threads before finalization (pytorch/pytorch PR 179291 proposed an atexit
-destroy_process_group, abandoned), and destroy_process_group after the script did not help here
-(issue 32): the finished collective is destroyed on the worker thread, whenever that thread runs.
+asks for it with pthread_exit; the forced unwinding meets the noexcept destructor: std::terminate. Upstream,
+torch does not stop its threads before finalization (pytorch/pytorch PR 179291 proposed an atexit
+destroy_process_group, abandoned); a barrier and destroy_process_group after the script did not stop the
+aborts either (issue 32's measurement). Any native thread that needs the GIL late can do the same.
 
 So, once the work is done: wait for the non-daemon threads, run the atexit handlers (both as Python's
 exit does), flush Python's and C's buffered output, and leave with os._exit. Nothing of the interpreter
