@@ -107,7 +107,7 @@ test: venv  ## run the test suite
 
 # Each multi-node launcher's short job SOAK_RUNS times on the namespace cluster, in $(SIF) (tests/cluster/soak).
 SOAK_RUNS ?= 20
-soak: venv  ## as root: every multi-node launcher's job SOAK_RUNS times in $(SIF); runs and non-zero exits each
+soak: venv  ## as root: every multi-node launcher's job SOAK_RUNS times in $(SIF); runs and failures each
 	PATH="$$(tests/apptainer/provision):$$PATH" $(VPY) tests/cluster/soak --sif $(SIF) --runs $(SOAK_RUNS)
 
 lint: venv  ## ruff
