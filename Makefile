@@ -50,7 +50,7 @@ SMOKE_OUT ?= runs/smoke
 SMOKE_WORDS = DOCKER=$(DOCKER) APPTAINER=$(APPTAINER) $(PYTHON) src/zerokit/runtimes.py argv $(RUNTIME) $(IMAGE) \
   $(if $(filter gpu,$(SMOKE_DEVICE)),--gpu) --bind $(abspath $(SMOKE_OUT)) --as-caller
 
-.PHONY: FORCE help sysdeps venv demo test test-gpu lint lock clean image base-image sif sif-extra smoke bench
+.PHONY: FORCE help sysdeps venv demo test test-gpu soak lint lock clean image base-image sif sif-extra smoke bench
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -107,6 +107,11 @@ test: venv  ## run the test suite
 
 test-gpu: venv  ## the gpu-marked tests, in STACK's environment on a GPU node (make test-gpu STACK=cuda13)
 	ZEROKIT_STACK=$(STACK) $(VPY) -m pytest -m gpu tests/gpu $(PYTEST_ARGS)
+
+# Each multi-node launcher's short job SOAK_RUNS times on the namespace cluster, in $(SIF) (tests/cluster/soak).
+SOAK_RUNS ?= 20
+soak: venv  ## as root: every multi-node launcher's job SOAK_RUNS times in $(SIF); runs and failures each
+	PATH="$$(tests/apptainer/provision):$$PATH" $(VPY) tests/cluster/soak --sif $(SIF) --runs $(SOAK_RUNS)
 
 lint: venv  ## ruff
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -11,6 +11,7 @@ import os
 import sys
 
 from zerokit.errors import UserError
+from zerokit.process_end import end_process
 
 # command -> ("module:function" taking argv and returning an exit code, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -53,4 +54,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())  # not sys.exit: a rank of train could abort at finalization (zerokit.process_end)

@@ -11,20 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.apptainer.runtime import Apptainer
+from tests.cluster.jobs import deepspeed_openmpi, deepspeed_pdsh
 from tests.cluster.netcluster import Cluster
 from tests.cluster.test_user_scripts_cluster import assert_two_node_job, run_in_sif, tutorial_job
 
 
 def test_deepspeed_hostfile_over_pdsh_runs_node2_in_the_sif(cluster: Cluster, apptainer: Apptainer, sif: Path):
     tmp, script = tutorial_job(cluster, "ds-pdsh")
-    argv = ["deepspeed", "--hostfile", "hostfile", "--num_nodes", "2", "--num_gpus", "1", *script]
-    log = run_in_sif(cluster, apptainer, sif, tmp, argv)
+    log = run_in_sif(cluster, apptainer, sif, tmp, deepspeed_pdsh(cluster, tmp, script))
     assert f"apptainer exec --nv {sif}" not in log  # the rewrite is ssh's, not DeepSpeed's command
     assert_two_node_job(log, tmp)
 
 
 def test_deepspeed_hostfile_over_openmpi_runs_node2_in_the_sif(cluster: Cluster, apptainer: Apptainer, sif: Path):
     tmp, script = tutorial_job(cluster, "ds-openmpi")
-    mca = f"--mca oob_tcp_if_include {cluster.subnet} --mca btl_tcp_if_include {cluster.subnet} --allow-run-as-root"
-    argv = ["deepspeed", "--hostfile", "hostfile", "--launcher", "openmpi", "--launcher_args", mca, *script]
-    assert_two_node_job(run_in_sif(cluster, apptainer, sif, tmp, argv), tmp)
+    assert_two_node_job(run_in_sif(cluster, apptainer, sif, tmp, deepspeed_openmpi(cluster, tmp, script)), tmp)

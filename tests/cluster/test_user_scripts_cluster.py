@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -41,10 +42,17 @@ def tutorial_job(cluster: Cluster, name: str) -> tuple[Path, list[str]]:
     return tmp, script
 
 
-def run_in_sif(cluster: Cluster, apptainer: Apptainer, sif: Path, tmp: Path, argv: list[str]) -> str:
+def start_in_sif(
+    cluster: Cluster, apptainer: Apptainer, sif: Path, tmp: Path, argv: list[str]
+) -> subprocess.CompletedProcess[str]:
+    """`apptainer exec SIF ARGV` on node1 in the job's folder, the harness's ssh_config bound over the image's."""
     bind = f"{cluster.run_dir / 'ssh' / 'ssh_config'}:/etc/ssh/ssh_config"
     env = sif_env(tmp, apptainer, sif, APPTAINER_BIND=bind)
-    result = cluster.run("node1", ["apptainer", "exec", str(sif), *argv], env=env, cwd=tmp, timeout=600)
+    return cluster.run("node1", ["apptainer", "exec", str(sif), *argv], env=env, cwd=tmp, timeout=600)
+
+
+def run_in_sif(cluster: Cluster, apptainer: Apptainer, sif: Path, tmp: Path, argv: list[str]) -> str:
+    result = start_in_sif(cluster, apptainer, sif, tmp, argv)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
     return log

@@ -12,7 +12,10 @@
   for its children (train's data loader workers must live until its checkpoint is written).
 - SIGUSR1 and SIGUSR2 (a scheduler's warning, Slurm's `--signal`) are passed on and stop nothing:
   train checkpoints on its own time and exits, and a rank that exits non-zero stops the others.
-- The first rank to fail is named with its exit status, and the others are stopped as above.
+- The first rank to fail is named with its exit status, and the others are stopped as above. When a
+  signal killed it, launch ends with one line naming the rank, this node, the signal, and whether the
+  final model is in the command's output folder (--output_dir), so a user knows whether to trust it:
+  a rank can abort at exit after the job has written everything (issue 32).
 - Exit code: that of the first rank that failed on its own (128+N when signal N killed it), else
   128+N when launch itself got stop signal N, else 0.
 """
@@ -24,17 +27,27 @@ import ctypes
 import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 DEFAULT_STOP_GRACE = 15.0  # seconds; under Slurm's default KillWait (30 s)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 POLL_SECONDS = 0.1
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+OUTPUT_DIR_FLAGS = ("--output_dir", "--output-dir")  # HF's TrainingArguments, zerokit train's
+# The weights save_model writes: whole, sharded (the index), legacy (.bin), or a LoRA adapter's.
+FINAL_MODEL_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "adapter_model.safetensors",
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,27 @@ def describe_exit(returncode: int) -> str:
     return f"exited with {returncode}"
 
 
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of `--flag V` or `--flag=V` in args (the last one wins, as argparse has it)."""
+    value = None
+    for i, word in enumerate(args):
+        if word == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif word.startswith(flag + "="):
+            value = word.split("=", 1)[1]
+    return value
+
+
+def outputs_state(argv: Sequence[str]) -> str:
+    """Whether the final model of the command's run is in its output folder (relative to launch's)."""
+    folder = next((value for flag in OUTPUT_DIR_FLAGS if (value := flag_value(argv, flag))), None)
+    if folder is None:
+        return "no --output_dir on its command line to check its outputs"
+    if any((Path(folder) / name).is_file() for name in FINAL_MODEL_FILES):
+        return f"the final model is in {folder}: the run's outputs are complete"
+    return f"no final model in {folder}: the run's outputs are incomplete"
+
+
 def label(command: Command) -> str:
     """How messages name a command: its rank, or (a head-node launcher) its program."""
     if "RANK" in command.env:
@@ -73,6 +107,7 @@ class Rank:
 
     def __init__(self, command: Command) -> None:
         self.label = label(command)
+        self.argv = command.argv
         self.process = subprocess.Popen(
             command.argv,
             env={**os.environ, **command.env},
@@ -136,6 +171,7 @@ class Supervisor:
             self._handle_signals()
             self._reap()
             if not any(rank.running() for rank in self.ranks):
+                self._report_signal_death()
                 return self._exit_code()
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 self._kill_stragglers()
@@ -185,6 +221,12 @@ class Supervisor:
         for rank in stragglers:
             rank.killed = True
             rank.kill_group()
+
+    def _report_signal_death(self) -> None:
+        """Once every rank has ended: the first failed rank, when a signal killed it, and the run's outputs."""
+        if self.failure is not None and self.failure.process.returncode < 0:
+            death = describe_exit(self.failure.process.returncode)
+            say(f"{self.failure.label} on {socket.gethostname()} {death}; {outputs_state(self.failure.argv)}")
 
     def _exit_code(self) -> int:
         if self.failure is not None:

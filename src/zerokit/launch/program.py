@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 
 from zerokit.errors import UserError
-from zerokit.launch.local import Command
+from zerokit.launch.local import Command, flag_value
 
 # `launch -- python script.py`: the interpreters run as zerokit's own, through zerokit.launch.user_script.
 PYTHON_NAMES = ("python", "python3")
@@ -63,17 +63,6 @@ def check_program(program: str, search_path: str) -> None:
             f"{program} is not an executable file: `chmod +x {shlex.quote(program)}`, or run it with its interpreter",
             NOT_EXECUTABLE,
         )
-
-
-def flag_value(args: Sequence[str], flag: str) -> str | None:
-    """The value of `--flag V` or `--flag=V` in args (the last one wins, as argparse has it)."""
-    value = None
-    for i, word in enumerate(args):
-        if word == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif word.startswith(flag + "="):
-            value = word.split("=", 1)[1]
-    return value
 
 
 def check_batch_size(args: Sequence[str], world_size: int) -> None:

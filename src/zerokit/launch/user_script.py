@@ -36,6 +36,7 @@ from pathlib import Path
 
 from zerokit.cluster import detect_environment
 from zerokit.errors import UserError
+from zerokit.process_end import end_process, exit_status
 
 HF_MODULES = ("transformers", "accelerate", "deepspeed")
 USAGE = "usage: python -m zerokit.launch.user_script SCRIPT.py [ARGS]"
@@ -149,13 +150,16 @@ def run(argv: Sequence[str], environ: MutableMapping[str, str] = os.environ) -> 
 
 
 def main(argv: Sequence[str]) -> int:
+    """The rank's exit status: the script's own (its sys.exit included), 2 for a usage error."""
     try:
         run(argv)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except SystemExit as stop:
+        return exit_status(stop)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    end_process(main(sys.argv[1:]))  # not sys.exit: see zerokit.process_end

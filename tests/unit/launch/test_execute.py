@@ -6,6 +6,7 @@ Signals sent to launch itself are tested in tests/faults/test_launch_faults.py (
 from __future__ import annotations
 
 import signal
+import socket
 import sys
 import time
 
@@ -37,6 +38,23 @@ def test_a_rank_killed_by_a_signal_is_named_and_gives_128_plus_n(capsys):
     assert "launch: rank 1 (local 1) was killed by SIGKILL (exit 137); stopping the other ranks\n" in (
         capsys.readouterr().err
     )
+
+
+def test_a_rank_aborting_after_the_model_is_written_is_named_with_its_node_and_complete_outputs(tmp_path, capsys):
+    """Issue 32's failure: the job's work is done, then a rank dies by a signal at exit."""
+    out = tmp_path / "out"
+    write = (
+        f"import pathlib; pathlib.Path({str(out)!r}).mkdir(); pathlib.Path({str(out)!r}, 'model.safetensors').touch()"
+    )
+    saves = Command((sys.executable, "-c", write, "--output_dir", str(out)), {"RANK": "0", "LOCAL_RANK": "0"})
+    aborts = Command(
+        ("sh", "-c", "sleep 1; kill -ABRT $$", "sh", "--output_dir", str(out)), {"RANK": "1", "LOCAL_RANK": "1"}
+    )
+    assert execute_commands([saves, aborts]) == 128 + signal.SIGABRT
+    assert (
+        f"launch: rank 1 (local 1) on {socket.gethostname()} was killed by SIGABRT (exit 134); "
+        f"the final model is in {out}: the run's outputs are complete\n"
+    ) in capsys.readouterr().err
 
 
 def test_exit_statuses_read_as_a_shell_reads_them():
