@@ -108,6 +108,42 @@ def test_pdsh_from_the_head_node_over_real_sshd(cluster: Cluster):
     assert_trained(output)
 
 
+# Rank 0 writes the run's final model; the last rank, on the other node, waits for it and then aborts as issue
+# 32's ranks did at exit (SIGABRT); the others end well. argv: --output_dir FOLDER
+ABORT_AFTER_THE_MODEL = """
+import os, pathlib, sys, time
+model = pathlib.Path(sys.argv[2], "model.safetensors")
+if os.environ["RANK"] == "0":
+    model.parent.mkdir(exist_ok=True)
+    model.write_bytes(b"weights")
+elif int(os.environ["RANK"]) == int(os.environ["WORLD_SIZE"]) - 1:
+    while not model.exists():
+        time.sleep(0.05)
+    os.abort()
+"""
+
+
+def test_a_remote_rank_aborting_after_the_model_is_written_is_named_with_its_node(cluster: Cluster):
+    """pdsh from node1, 2 ranks per node: node2's launch names its rank, node2 and SIGABRT, and says the outputs
+    are complete; the job ends non-zero (the scheduler marks it failed; the user reads why, and whether to trust
+    it). With one rank per node launch becomes the rank (exec) and no such line is printed (issue 32's notes)."""
+    tmp = cluster.shared_dir / "remote-abort"
+    tmp.mkdir()
+    (tmp / "hosts").write_text("node1\nnode2\n")
+    (tmp / "job.py").write_text(ABORT_AFTER_THE_MODEL)
+    output = tmp / "out"
+    argv = ["launch", "--launcher", "pdsh", "--hostfile", str(tmp / "hosts"), "--nproc-per-node", "2",
+            "--", sys.executable, str(tmp / "job.py"), "--output_dir", str(output)]  # fmt: skip
+    result = cluster.run("node1", argv, env=node_env(tmp), cwd=tmp, timeout=300)
+    log = result.stdout + result.stderr
+    assert result.returncode != 0, log[-4000:]
+    expected = (
+        f"launch: rank 3 (local 1) on node2 was killed by SIGABRT (exit 134); "
+        f"the final model is in {output}: the run's outputs are complete"
+    )
+    assert expected in log, log[-4000:]
+
+
 def test_bench_over_one_and_two_nodes(cluster: Cluster):
     """bench's node counts go through launch over pdsh: the 2-node run's ranks are on both nodes."""
     tmp = cluster.shared_dir / "bench"
