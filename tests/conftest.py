@@ -13,21 +13,26 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def zk_env(tmp_path: Path) -> dict[str, str]:
-    """Environment for a zerokit subprocess: private caches, so tests neither share nor pollute them."""
+def isolated_env(root: Path) -> dict[str, str]:
+    """Environment for a zerokit subprocess: private caches under root, so tests neither share nor pollute them."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env.update(
         {
             "PYTHONPATH": str(REPO / "src"),
-            "ZEROKIT_CACHE": str(tmp_path / "zerokit-cache"),
-            "HF_HOME": str(tmp_path / "hf-home"),
-            "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch-extensions"),
+            "ZEROKIT_CACHE": str(root / "zerokit-cache"),
+            "HF_HOME": str(root / "hf-home"),
+            "TORCH_EXTENSIONS_DIR": str(root / "torch-extensions"),
             "HF_HUB_OFFLINE": "1",
             "PYTHONWARNINGS": "ignore",
         }
     )
     return env
+
+
+@pytest.fixture
+def zk_env(tmp_path: Path) -> dict[str, str]:
+    """isolated_env under the test's tmp_path (module-scoped fixtures call isolated_env themselves)."""
+    return isolated_env(tmp_path)
 
 
 def run_zerokit(args: list[str], env: dict[str, str], timeout: float = 600, cwd: Path | None = None):

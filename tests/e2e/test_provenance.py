@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_zerokit
+from tests.conftest import REPO, isolated_env, run_zerokit
 from zerokit.checkpoints import SIZES_NAME, damage
 from zerokit.outputs import read_record
 
@@ -38,15 +37,7 @@ def doctor(record: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
 def run(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
     """A run of 4 steps resumed to 6, with a copy of zero3.json as its config."""
     tmp = tmp_path_factory.mktemp("provenance")
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update(  # as tests.conftest.zk_env, for a fixture shared by the module's tests
-        PYTHONPATH=str(REPO / "src"),
-        ZEROKIT_CACHE=str(tmp / "zerokit-cache"),
-        HF_HOME=str(tmp / "hf-home"),
-        TORCH_EXTENSIONS_DIR=str(tmp / "torch-extensions"),
-        HF_HUB_OFFLINE="1",
-        PYTHONWARNINGS="ignore",
-    )
+    env = isolated_env(tmp)  # one environment for the module's shared run
     env.update(NCCL_DEBUG="WARN", HF_TOKEN=SECRET)
     config = tmp / "ds.json"
     shutil.copy(REPO / "configs" / "zero3.json", config)

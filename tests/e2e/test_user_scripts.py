@@ -7,7 +7,6 @@ without --use_cpu each rank trained alone (world size 1) into the same folder.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, isolated_env
 
 USERS = REPO / "tests" / "users"
 LOSS = re.compile(r"'loss': '?([0-9.]+)")
@@ -69,9 +68,7 @@ def clm_argv(inputs: dict[str, str], output: Path) -> list[str]:
 def clm_with_use_cpu(inputs, tmp_path_factory) -> list[float]:
     """run_clm with --deepspeed zero3.json --use_cpu, as a CPU user writes it: the losses the other runs meet."""
     tmp = tmp_path_factory.mktemp("clm-use-cpu")
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update(PYTHONPATH=str(REPO / "src"), HF_HOME=str(tmp / "hf-home"), HF_HUB_OFFLINE="1",
-               TORCH_EXTENSIONS_DIR=str(tmp / "torch-extensions"), PYTHONWARNINGS="ignore")  # fmt: skip
+    env = isolated_env(tmp)
     argv = [*clm_argv(inputs, tmp / "out"), "--deepspeed", str(REPO / "configs/zero3.json"), "--use_cpu"]
     losses = assert_one_job_learning(launch(["--", "python", *argv], env, tmp), "run_clm")
     assert (tmp / "out" / "model.safetensors").is_file()

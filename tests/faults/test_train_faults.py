@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_zerokit
+from tests.conftest import REPO, isolated_env, run_zerokit
 from zerokit.checkpoints import newest_complete_checkpoint
 from zerokit.outputs import RECORD_NAME
 
@@ -25,18 +25,9 @@ QUICK = ["--config", "zero2", "--max_steps", "4", "--logging_steps", "1", "--per
 SAVING = ["--save_strategy", "steps", "--save_steps", "2"]
 
 
-def make_env(root: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update(
-        PYTHONPATH=str(REPO / "src"), ZEROKIT_CACHE=str(root / "zerokit-cache"), HF_HOME=str(root / "hf-home"),
-        TORCH_EXTENSIONS_DIR=str(root / "torch-extensions"), HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore",
-    )  # fmt: skip
-    return env
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> dict[str, str]:
-    return make_env(tmp_path_factory.mktemp("env"))
+    return isolated_env(tmp_path_factory.mktemp("env"))
 
 
 @pytest.fixture(scope="module")
