@@ -14,7 +14,7 @@ VPY := $(VENV)/bin/python
 WHEELHOUSE ?= $(if $(filter cpu,$(STACK)),$(wildcard /opt/wheels))
 DS_WHEEL_DIR := build/wheels/$(STACK)
 DS_WHEEL_STAMP := $(DS_WHEEL_DIR)/.built
-DS_WHEEL_INPUTS := build/wheels/$(STACK).inputs
+DS_WHEEL_INPUTS := $(DS_WHEEL_DIR).inputs
 LOCK := containers/lock/$(STACK).txt
 STACK_FILE := containers/stacks/$(STACK).toml
 STACK_CMD := PYTHONPATH=src $(PYTHON) -m zerokit.stack $(STACK)
@@ -27,8 +27,13 @@ PIP_SOURCES = $(if $(WHEELHOUSE),--find-links $(WHEELHOUSE),$(if $(EXTRA_INDEX),
 export PIP_FIND_LINKS := $(WHEELHOUSE)
 # The dev environment's uv, for every stack.
 UV ?= .venv/bin/uv
-UV_COMPILE = $(UV) pip compile --generate-hashes --no-header $(PIP_SOURCES) \
-  --python-version $(shell $(STACK_CMD) get python) --python-platform x86_64-manylinux_2_28
+UV_COMPILE = $(UV) pip compile --generate-hashes --no-header $(PIP_SOURCES) $(LOCK_TARGET)
+# The site stack's lock serves every Python from 3.11 and leaves torch, and what only torch needs, to the
+# site (the override gives them a marker that never holds, so pip skips them); the versions it shares with
+# the cpu lock are the cpu lock's, so the test tools' lock (dev.txt) fits both.
+LOCK_TARGET = $(if $(filter site,$(STACK)),--universal --python-version 3.11 \
+  --override containers/lock/site.overrides.txt -c build/lock/cpu-without-torch.txt,\
+  --python-version $(shell $(STACK_CMD) get python) --python-platform x86_64-manylinux_2_28)
 
 # Images (see Dockerfile): make image STACK=cpu BASE_IMAGE=... TAG=... CA_FILE=... WHEELHOUSE=...
 DOCKER ?= docker
@@ -50,7 +55,7 @@ SMOKE_OUT ?= runs/smoke
 SMOKE_WORDS = DOCKER=$(DOCKER) APPTAINER=$(APPTAINER) $(PYTHON) src/zerokit/runtimes.py argv $(RUNTIME) $(IMAGE) \
   $(if $(filter gpu,$(SMOKE_DEVICE)),--gpu) --bind $(abspath $(SMOKE_OUT)) --as-caller
 
-.PHONY: FORCE help sysdeps venv demo test test-gpu soak lint lock clean image base-image sif sif-extra smoke bench
+.PHONY: FORCE help sysdeps venv demo test test-gpu gpu-proof gpu-bundle soak lint lock clean image base-image sif sif-extra smoke bench
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -58,10 +63,14 @@ help:  ## list the targets
 sysdeps:  ## install the system packages the environment needs (as root on Debian/Ubuntu)
 	@containers/install-sysdeps
 
-$(VENV)/.lock-$(STACK): $(LOCK) containers/lock/dev.txt | sysdeps
-	$(PYTHON) -m venv $(VENV)
+# A site stack's venv sees the torch of PYTHON (its facts recorded first, checked unchanged after the install).
+# DEV_LOCK: the test tools (scripts/gpu-proof takes only the test runner, from make gpu-bundle's folder).
+DEV_LOCK ?= containers/lock/dev.txt
+$(VENV)/.lock-$(STACK): $(LOCK) $(DEV_LOCK) | sysdeps
+	$(if $(filter site,$(STACK)),PYTHONPATH=src $(PYTHON) -m zerokit.site_torch make-venv $(VENV) --lock $(LOCK),$(PYTHON) -m venv $(VENV))
 	containers/install-lock $(VPY) $(STACK)
-	$(VPY) -m pip install --quiet --no-deps --require-hashes --no-compile -r containers/lock/dev.txt
+	$(VPY) -m pip install --quiet --no-deps --require-hashes --no-compile -r $(DEV_LOCK)
+	$(if $(filter site,$(STACK)),PYTHONPATH=src $(VPY) -m zerokit.site_torch check)
 	touch $@
 
 # Rewritten only when what the wheel is built from changes (Python, torch, DeepSpeed, the ops and
@@ -71,7 +80,8 @@ $(DS_WHEEL_INPUTS): FORCE
 
 # The CUDA_HOME scripts only for cuda stacks: an edit to them does not recompile the cpu stack's ops.
 DS_WHEEL_SCRIPTS := containers/cached-ds-wheel containers/build-ds-wheel containers/portable-cc \
-  $(if $(filter cuda,$(shell $(STACK_CMD) get accelerator)),containers/cuda-home containers/system-cuda-home)
+  $(if $(filter site,$(STACK)),containers/system-cuda-home,\
+  $(if $(filter cuda,$(shell $(STACK_CMD) get accelerator)),containers/cuda-home containers/system-cuda-home))
 
 $(DS_WHEEL_STAMP): $(DS_WHEEL_INPUTS) $(DS_WHEEL_SCRIPTS) | $(VENV)/.lock-$(STACK)
 	rm -rf $(DS_WHEEL_DIR) && mkdir -p $(DS_WHEEL_DIR)
@@ -108,6 +118,19 @@ test: venv  ## run the test suite
 test-gpu: venv  ## the gpu-marked tests, in STACK's environment on a GPU node (make test-gpu STACK=cuda13)
 	ZEROKIT_STACK=$(STACK) $(VPY) -m pytest -m gpu tests/gpu $(PYTEST_ARGS)
 
+# The GPU proof (README "GPU"): on a GPU machine with its own CUDA torch, zerokit's ops built for its GPU and
+# proven there, report in build/gpu-proof/. For a machine without a package index, make gpu-bundle here first
+# (GPU_PIP_LIST: the machine's `python3 -m pip list --format json`, so what it has stays out).
+GPU_PYTHON ?= python3
+GPU_PYTHON_VERSION ?= 3.12
+GPU_PIP_LIST ?=
+GPU_BUNDLE ?= build/gpu-bundle
+gpu-proof:  ## on a GPU machine: site venv over its torch, ops for its GPU, doctor, smoke, gpu tests, bench; a report
+	scripts/gpu-proof --python $(GPU_PYTHON) $(if $(wildcard $(GPU_BUNDLE)),--wheelhouse $(GPU_BUNDLE))
+
+gpu-bundle: venv  ## here: the wheels the GPU machine lacks (Python GPU_PYTHON_VERSION), at most 64 MiB, in GPU_BUNDLE
+	$(VPY) containers/gpu-bundle $(GPU_BUNDLE) --python $(GPU_PYTHON_VERSION) $(if $(GPU_PIP_LIST),--installed $(GPU_PIP_LIST))
+
 # Each multi-node launcher's short job SOAK_RUNS times on the namespace cluster, in $(SIF) (tests/cluster/soak).
 SOAK_RUNS ?= 20
 soak: venv  ## as root: every multi-node launcher's job SOAK_RUNS times in $(SIF); runs and failures each
@@ -118,6 +141,8 @@ lint: venv  ## ruff
 
 lock:  ## re-resolve containers/lock/$(STACK).txt from the stack's pins (needs uv)
 	{ echo "# Top-level pins of $(STACK_FILE); regenerate with: make lock STACK=$(STACK)"; $(STACK_CMD) requirements; } > containers/lock/$(STACK).in
+	$(if $(filter site,$(STACK)),mkdir -p build/lock && awk '/^torch==/ {s=1; next} s && /^ / {next} {s=0; print}' \
+	  containers/lock/cpu.txt > build/lock/cpu-without-torch.txt)
 	$(UV_COMPILE) containers/lock/$(STACK).in -o $(LOCK)
 	$(if $(filter cpu,$(STACK)),$(UV_COMPILE) containers/lock/dev.in -c containers/lock/cpu.txt -o containers/lock/dev.txt)
 

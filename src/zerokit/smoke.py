@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from zerokit.doctor.context import DEFAULT_STACK
 from zerokit.flags import environ_defaults
+from zerokit.stack import DEFAULT_STACK, environment_stack, load_stack
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,6 @@ def mib(value: int | None) -> str:
 def gather(device: str, stack_name: str, output: Path, environ: Mapping[str, str]) -> dict:
     from zerokit.doctor.checks import run_checks
     from zerokit.doctor.context import Context
-    from zerokit.stack import load_stack
 
     stack, settings = load_stack(stack_name), DEVICES[device]
     # A fresh JIT cache of this run: it must still be empty at the end.
@@ -321,9 +320,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     parser.add_argument("--device", choices=tuple(DEVICES), default="gpu", help="gpu (default) or cpu (2 ranks)")
     parser.add_argument("--output", type=Path, default=Path("runs/smoke"), help="report, logs and models go here")
-    parser.add_argument(
-        "--stack", default=environ.get("ZEROKIT_STACK") or DEFAULT_STACK, help="stack of this environment"
-    )
+    parser.add_argument("--stack", default=environment_stack(environ), help="stack of this environment")
     environ_defaults(parser, environ)
     return parser
 

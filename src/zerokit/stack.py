@@ -11,11 +11,16 @@ import argparse
 import difflib
 import sys
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zerokit.errors import UserError
 from zerokit.paths import STACKS_DIR
+
+if TYPE_CHECKING:
+    from zerokit.site_torch import SiteTorch
 
 # DeepSpeed op name (as in `installed_ops`) -> the variable that prebuilds it.
 DS_BUILD_VARS: dict[str, str] = {
@@ -54,6 +59,21 @@ CUDA_HOMES = ("wheels", "system")
 # file adds its own (torch, CUDA wheels). A stack file elsewhere without one beside it uses zerokit's.
 COMMON_PACKAGES = Path("common") / "packages.toml"
 
+# A stack whose python, accelerator, CUDA and arch list say "site" takes them from the torch of the Python
+# it runs in (src/zerokit/site_torch.py): recorded in the environment once it is built, else probed.
+SITE = "site"
+
+
+DEFAULT_STACK = "cpu"
+
+
+def environment_stack(environ: Mapping[str, str]) -> str:
+    """The stack this environment was built from: ZEROKIT_STACK (the images set it), a site venv's record of
+    its torch (make venv STACK=site), else the cpu stack."""
+    from zerokit.site_torch import FACTS_NAME
+
+    return environ.get("ZEROKIT_STACK") or (SITE if (Path(sys.prefix) / FACTS_NAME).is_file() else DEFAULT_STACK)
+
 
 class StackError(UserError):
     """A stack file that is missing or malformed."""
@@ -75,6 +95,8 @@ class Stack:
     packages: dict[str, str]
     apt_runtime: tuple[str, ...]
     apt_build: tuple[str, ...]
+    site: SiteTorch | None = None  # a site stack's torch (site.toml), None for a stack that pins its own
+    notes: tuple[str, ...] = ()  # what was changed to build on the site's torch (its arch list)
 
     @property
     def lock_file(self) -> Path:
@@ -105,6 +127,8 @@ class Stack:
     def ds_wheel_inputs(self) -> list[str]:
         """What DeepSpeed's wheel is built from: a change here, and only here, recompiles the ops."""
         pins = [f"python={self.python}", f"torch={self.version('torch')}", f"deepspeed={self.version('deepspeed')}"]
+        if self.site:  # the site's torch files, not a lock entry, say which torch the ops are built against
+            pins.append(f"torch-digest={self.site.digest}")
         return pins + [f"{k}={v}" for k, v in sorted(self.ds_build_env().items())]
 
     def labels(self, git_commit: str, base_image: str) -> dict[str, str]:
@@ -143,16 +167,19 @@ STACK_SCHEMA: dict[str, type] = {
     "cpu_target": str,
     "cuda_home": str,
     "ds_ops": list,
+    "ds_ops_from": dict,
     "extra_index_url": str,
     "packages": dict,
     "apt": dict,
 }
 APT_SCHEMA: dict[str, type] = {"runtime": list, "build": list}
-OPTIONAL_KEYS = {"cuda_home": "wheels"}
-ACCELERATORS = ("cpu", "cuda")
+OPTIONAL_KEYS: dict[str, object] = {"cuda_home": "wheels", "ds_ops_from": {}}
+ACCELERATORS = ("cpu", "cuda", SITE)
 
 
-def load_stack(name_or_path: str) -> Stack:
+def load_stack(name_or_path: str, *, site: bool = True) -> Stack:
+    """The stack of that name or file. A site stack's torch facts are filled in unless site=False (for
+    `make lock`, which leaves torch out and runs where no torch is)."""
     path = Path(name_or_path)
     if not path.suffix:
         path = STACKS_DIR / f"{name_or_path}.toml"
@@ -165,6 +192,8 @@ def load_stack(name_or_path: str) -> Stack:
         raise StackError(f"{path}: not valid TOML ({error})") from None
     check_schema(path, data, STACK_SCHEMA, "")
     check_schema(path, data["apt"], APT_SCHEMA, "apt.")
+    if data["accelerator"] == SITE and site:
+        data = with_site_torch(path, data)
     stack = Stack(
         name=data["name"],
         description=data["description"],
@@ -180,6 +209,8 @@ def load_stack(name_or_path: str) -> Stack:
         packages=with_common_packages(path, data["packages"]),
         apt_runtime=tuple(data["apt"]["runtime"]),
         apt_build=tuple(data["apt"]["build"]),
+        site=data.get("site"),
+        notes=data.get("notes", ()),
     )
     unknown = [op for op in stack.ds_ops if op not in DS_BUILD_VARS]
     if unknown:
@@ -195,6 +226,31 @@ def load_stack(name_or_path: str) -> Stack:
     if stack.cuda_home not in CUDA_HOMES:
         raise StackError(f"{path}: cuda_home {stack.cuda_home!r} is not one of {list(CUDA_HOMES)}")
     return stack
+
+
+def with_site_torch(path: Path, data: dict) -> dict:
+    """A site stack's file with the site's torch filled in: recorded facts where the environment has them
+    (so a torch swapped later shows as drift), else the torch this interpreter imports."""
+    from zerokit import site_torch
+
+    facts = site_torch.recorded() or site_torch.probe()
+    ops_from = data["ds_ops_from"].get(facts.accelerator)
+    if not ops_from:
+        raise StackError(f"{path}: ds_ops_from names no stack for a {facts.accelerator} torch")
+    arch_list, notes = "", []
+    if facts.accelerator == "cuda":
+        arch_list, notes = site_torch.deepspeed_arch_list(site_torch.arch_entries(facts))
+    return {
+        **data,
+        "python": facts.python,
+        "accelerator": facts.accelerator,
+        "cuda": facts.cuda,
+        "torch_cuda_arch_list": arch_list,
+        "ds_ops": list(load_stack(ops_from).ds_ops),
+        "packages": {"torch": facts.torch, **data["packages"]},
+        "site": facts,
+        "notes": tuple(notes),
+    }
 
 
 def with_common_packages(stack_path: Path, own: dict[str, str]) -> dict[str, str]:
@@ -234,17 +290,24 @@ def check_schema(path: Path, data: dict, schema: dict[str, type], prefix: str) -
             raise StackError(f"{path}: {prefix}{key} must be {what}, got {type(value).__name__} {value!r}")
 
 
+def needs_site_torch(field: str, keys: list[str]) -> bool:
+    """Whether a field of a site stack comes from its torch (`make lock` and the base image do not)."""
+    if field == "get":
+        return keys[0].replace("-", "_") in ("python", "accelerator", "cuda", "torch_cuda_arch_list", "ds_ops")
+    return field not in ("requirements", "lock-file")
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m zerokit.stack STACK FIELD`: print one derived value for the Makefile and Dockerfile."""
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m zerokit.stack", description=main.__doc__)
     parser.add_argument("stack")
-    fields = ["requirements", "ds-build-env", "ds-wheel-inputs", "lock-file", "version", "get", "labels"]
+    fields = ["requirements", "ds-build-env", "ds-wheel-inputs", "lock-file", "version", "get", "labels", "notes"]
     parser.add_argument("field", choices=fields)
     parser.add_argument("key", nargs="*", help="package (version), stack key (get), or commit and base image (labels)")
     args = parser.parse_args(argv)
     try:
-        stack = load_stack(args.stack)
-    except StackError as error:
+        stack = load_stack(args.stack, site=needs_site_torch(args.field, args.key))
+    except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.field == "requirements":
@@ -258,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         print(stack.lock_file)
     elif args.field == "labels":
         print("\n".join(f"{k}={v}" for k, v in stack.labels(*args.key).items()))
+    elif args.field == "notes":
+        print("\n".join(stack.notes))
     elif args.field == "version":
         print(stack.version(args.key[0]))
     else:

@@ -17,9 +17,9 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 LAYERS: list[set[str]] = [
     {"zerokit", "zerokit.errors", "zerokit.paths", "zerokit.corpus", "zerokit.flags", "zerokit.startup_marks"},
     {
-        "zerokit.stack", "zerokit.runtimes", "zerokit.outputs", "zerokit.checkpoints", "zerokit.model_source",
-        "zerokit.hf_flags", "zerokit.data", "zerokit.embedded", "zerokit.lora", "zerokit.nic", "zerokit.step_clock",
-        "zerokit.hub_cache", "zerokit.cluster", "zerokit.ops_gate", "zerokit.container",
+        "zerokit.stack", "zerokit.site_torch", "zerokit.runtimes", "zerokit.outputs", "zerokit.checkpoints",
+        "zerokit.model_source", "zerokit.hf_flags", "zerokit.data", "zerokit.embedded", "zerokit.lora", "zerokit.nic",
+        "zerokit.step_clock", "zerokit.hub_cache", "zerokit.cluster", "zerokit.ops_gate", "zerokit.container",
         "zerokit.sbom", "zerokit.image_info", "zerokit.provenance", "zerokit.ds_configs",
     },
     {

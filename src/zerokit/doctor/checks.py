@@ -18,13 +18,14 @@ from zerokit.doctor.network import check_hostname, check_interface
 from zerokit.doctor.ops import check_ops
 from zerokit.doctor.result import CheckResult, fail
 from zerokit.doctor.shadows import check_user_packages
-from zerokit.doctor.versions import check_cuda_libraries, check_lock, check_packages, check_python
+from zerokit.doctor.versions import check_cuda_libraries, check_lock, check_packages, check_python, check_site_torch
 
 Check = Callable[[Context], list[CheckResult]]
 
 CHECKS: tuple[Check, ...] = (
     check_python,
     check_packages,
+    check_site_torch,
     check_lock,
     check_user_packages,
     check_cuda_libraries,

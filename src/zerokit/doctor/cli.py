@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zerokit.doctor.checks import CHECKS, check_id, run_checks
-from zerokit.doctor.context import DEFAULT_STACK, Context
+from zerokit.doctor.context import Context
 from zerokit.doctor.result import STATUSES, CheckResult
 from zerokit.flags import environ_defaults
-from zerokit.stack import load_stack
+from zerokit.stack import environment_stack, load_stack
 
 STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
@@ -40,8 +40,9 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     add = parser.add_argument
     add(
         "--stack",
-        default=environ.get("ZEROKIT_STACK") or DEFAULT_STACK,
-        help="stack name or TOML file the environment was built from (env: ZEROKIT_STACK; default: cpu)",
+        default=environment_stack(environ),
+        help="stack name or TOML file the environment was built from (env: ZEROKIT_STACK; default: cpu, or site "
+        "in a venv made by make venv STACK=site)",
     )
     add(
         "--strict",

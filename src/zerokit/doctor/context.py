@@ -15,8 +15,6 @@ from types import MappingProxyType
 
 from zerokit.stack import Stack
 
-DEFAULT_STACK = "cpu"
-
 
 @dataclass(frozen=True)
 class Context:

@@ -21,6 +21,8 @@ TRACKED = ("torch", "deepspeed", "transformers", "datasets", "accelerate", "peft
 
 
 def rebuild_fix(stack: Stack) -> str:
+    if stack.site:
+        return "rebuild from the stack instead of installing over it: make venv STACK=site PYTHON=<the site's python>"
     return (
         f"rebuild from the stack instead of installing over it: `make venv STACK={stack.name}` for a venv, "
         f"or rebuild the image (`make image STACK={stack.name}`)"
@@ -70,8 +72,21 @@ def check_packages(ctx: Context) -> list[CheckResult]:
 
 
 def locked_versions(text: str) -> dict[str, str]:
-    """`name==version` of a hashed requirements file (what `make lock` writes)."""
-    return dict(re.findall(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==([^\s;\\]+)", text, flags=re.M))
+    """`name==version` of a hashed requirements file (what `make lock` writes), of the entries whose
+    environment marker holds here (a universal lock has one entry per Python; the site lock's torch none)."""
+    found = {}
+    for name, version, marker in re.findall(
+        r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==([^\s;\\]+)(?:\s*;\s*([^\\\n]+?))?\s*\\?$", text, flags=re.M
+    ):
+        if not marker or marker_holds(marker):
+            found[name] = version
+    return found
+
+
+def marker_holds(marker: str) -> bool:
+    from packaging.markers import Marker
+
+    return Marker(marker).evaluate()
 
 
 def check_lock(ctx: Context) -> list[CheckResult]:
@@ -98,6 +113,23 @@ def lock_result(name: str, lock: Path, left_out: tuple[str, ...], stack: Stack) 
             name, f"{len(drift)} of {len(locked)} packages differ from {lock.name}: {shown}", rebuild_fix(stack)
         )
     return ok(name, f"{len(locked)} {'more ' if left_out else ''}packages match {lock.name}")
+
+
+def check_site_torch(ctx: Context) -> list[CheckResult]:
+    """A site stack: the torch imported now is the one recorded when the environment was built."""
+    recorded = ctx.stack.site
+    if recorded is None:
+        return []
+    from zerokit import site_torch
+
+    try:
+        now = site_torch.probe()
+    except site_torch.SiteTorchError as error:
+        return [fail("site torch", str(error), "rebuild: make venv STACK=site PYTHON=<the site's python>")]
+    changed = site_torch.changes(recorded, now)
+    if changed:
+        return [fail("site torch", "; ".join(changed), "rebuild: make venv STACK=site PYTHON=<the site's python>")]
+    return [ok("site torch", f"{now.summary()}, as recorded (digest {now.digest})")]
 
 
 def check_cuda_libraries(ctx: Context) -> list[CheckResult]:

@@ -21,6 +21,7 @@ import zerokit
 from zerokit.image_info import read_image_info
 from zerokit.paths import STACKS_DIR
 from zerokit.runtimes import inside
+from zerokit.stack import environment_stack
 
 # Facts every node must share; the others (memory, /dev/shm, clocks) are shown, not compared.
 IDENTITY = (
@@ -31,7 +32,7 @@ NVIDIA_SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "ec
 
 
 def node_facts(environ: Mapping[str, str], torch) -> dict:
-    stack = environ.get("ZEROKIT_STACK") or "cpu"
+    stack = environment_stack(environ)
     lock = STACKS_DIR.parent / "lock" / f"{stack}.txt"
     built = read_image_info() or {}  # inside a zerokit image: its tag and build id (stack-commit)
     facts = {

@@ -29,14 +29,14 @@ def preflight_failures(plan: Plan, environ: Mapping[str, str]) -> list[str]:
     """One line per failed check ("name: detail; fix: ..."); empty when training can start."""
     from zerokit.doctor.caches import check_caches
     from zerokit.doctor.checks import run_checks
-    from zerokit.doctor.context import DEFAULT_STACK, Context
+    from zerokit.doctor.context import Context
     from zerokit.doctor.host import check_shm
     from zerokit.doctor.network import check_interface
     from zerokit.doctor.ops import check_ops
-    from zerokit.stack import load_stack
+    from zerokit.stack import environment_stack, load_stack
 
     context = Context(
-        stack=load_stack(environ.get("ZEROKIT_STACK") or DEFAULT_STACK),
+        stack=load_stack(environment_stack(environ)),
         environ=environ,
         ifname=plan.ifname,
         multi_node=plan.nnodes > 1,

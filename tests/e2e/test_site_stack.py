@@ -1,0 +1,152 @@
+"""zerokit on a torch it did not install: `make venv STACK=site PYTHON=...` on a "site" Python that holds the
+lock's CPU torch in a prefix of its own (as a cluster module or an NGC image holds theirs), then ZeRO-3 on 2
+ranks with the ops prebuilt against that torch, doctor --strict, and a torch changed afterwards caught.
+The site stack's pure parts (a CUDA site's arch list, refusals): tests/unit/test_site_torch.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, isolated_env, logged_losses
+from tests.unit.doctor.conftest import healthy_environ
+from zerokit.doctor.versions import locked_versions
+
+# Building the venv compiles DeepSpeed's ops against the site's torch (unless the wheel cache has them).
+pytestmark = pytest.mark.timeout(1800)
+
+
+@dataclass(frozen=True)
+class Site:
+    python: Path  # the site's interpreter, with torch
+    venv: Path  # what make venv STACK=site made over it
+    build_log: str
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Site:
+    root = tmp_path_factory.mktemp("site")
+    subprocess.run([REPO / "tests/e2e/make-site-python", root / "site-python"], check=True)
+    python = root / "site-python" / "bin" / "python"
+    venv = root / "venv-site"
+    # DS_WHEEL_DIR as scripts/gpu-proof names it beside a venv, so the proof below reuses this one.
+    make = ["make", "venv", "STACK=site", f"PYTHON={python}", f"VENV={venv}", f"DS_WHEEL_DIR={venv}-wheels"]
+    result = subprocess.run(make, cwd=REPO, capture_output=True, text=True, timeout=1700)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    return Site(python, venv, result.stdout + result.stderr)
+
+
+def venv_python(site: Site, code: str) -> str:
+    result = subprocess.run([str(site.venv / "bin/python"), "-c", code], capture_output=True, text=True, check=True)
+    return result.stdout.strip()
+
+
+def test_the_venv_runs_on_the_sites_torch_with_every_op_prebuilt_against_it(site: Site):
+    torch_file = venv_python(site, "import torch; print(torch.__file__)")
+    assert torch_file.startswith(str(site.python.parent.parent)), torch_file  # not a torch of the venv's own
+    assert not list(site.venv.glob("lib/python*/site-packages/torch")), "make venv installed a torch into the venv"
+    assert "site-torch: " in site.build_log and "unchanged; every installed package accepts it" in site.build_log
+    assert "torch-digest=" in (site.venv.parent / "venv-site-wheels.inputs").read_text()
+    assert len(re.findall(r"^ok   \w+: prebuilt and loads$", site.build_log, flags=re.M)) == 7, site.build_log[-3000:]
+
+
+def test_zero3_on_two_ranks_trains_without_compiling_and_records_the_sites_torch(site: Site, tmp_path: Path):
+    env = isolated_env(tmp_path)
+    out = tmp_path / "run"
+    train = [str(site.venv / "bin/python"), "-m", "zerokit", "train", "--config", "zero3", "--nproc-per-node", "2"]
+    result = subprocess.run(
+        [*train, "--output-dir", str(out), "--max_steps", "24", "--logging_steps", "6"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = logged_losses(out)
+    assert len(losses) == 4 and losses[-1] < 0.8 * losses[0], losses
+    assert not any(Path(env["TORCH_EXTENSIONS_DIR"]).glob("**/*.so")), "an op was JIT-compiled"
+    record = json.loads((out / "zerokit-run.json").read_text())
+    assert record["stack"] == "site"
+    assert record["site_torch"]["torch"] == record["versions"]["torch"] == "2.13.0+cpu"
+    assert record["site_torch"]["location"].startswith(str(site.python.parent.parent))
+
+
+def doctor(site: Site, tmp_path: Path) -> tuple[int, dict[str, dict]]:
+    result = subprocess.run(
+        [str(site.venv / "bin/zerokit"), "doctor", "--strict", "--json"],
+        env=healthy_environ(tmp_path), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return result.returncode, {row["name"]: row for row in json.loads(result.stdout)}
+
+
+def test_doctor_strict_passes_on_the_site_stack_and_catches_a_torch_changed_after(site: Site, tmp_path: Path):
+    code, rows = doctor(site, tmp_path)
+    assert code == 0, [row for row in rows.values() if row["status"] != "ok"]
+    assert rows["site torch"]["status"] == "ok"
+    assert rows["version: torch"]["detail"] == "2.13.0+cpu"
+    assert rows["op: cpu_adam"]["status"] == "ok"
+
+    # Another build of torch put over the site's: one of its libraries is not the one recorded.
+    library = next(site.python.parent.parent.glob("lib/python*/site-packages/torch/lib/libtorch_global_deps.so"))
+    original = library.read_bytes()
+    try:
+        library.write_bytes(original + b"\0")
+        code, rows = doctor(site, tmp_path)
+    finally:
+        library.write_bytes(original)
+    assert code == 1
+    assert rows["site torch"]["status"] == "fail"
+    assert rows["site torch"]["detail"].startswith("torch 2.13.0+cpu's files changed")
+    assert rows["site torch"]["fix"] == "rebuild: make venv STACK=site PYTHON=<the site's python>"
+
+
+def test_the_gpu_proof_runs_its_steps_on_cpu_ranks_and_writes_one_report(site: Site, tmp_path: Path):
+    """scripts/gpu-proof's own logic (steps, logs, the model it benches, the report) where no GPU is: on CPU
+    ranks, over this module's site venv. The smoke step is make smoke's, tested with the image."""
+    out = tmp_path / "proof"
+    proof = [sys.executable, "scripts/gpu-proof", "--device", "cpu", "--python", str(site.python)]
+    steps = "facts,venv,doctor,tests,bench"
+    result = subprocess.run(
+        [*proof, "--venv", str(site.venv), "--output", str(out), "--only", steps],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert {step: row["status"] for step, row in report["steps"].items()} == dict.fromkeys(
+        ["facts", "venv", "doctor", "tests", "model", "bench"], "ok"
+    )
+    assert report["steps"]["facts"]["facts"]["torch"]["torch"] == "2.13.0+cpu"
+    assert report["steps"]["model"]["parameters"] > 0
+    assert {run["config"] for run in report["bench"]["configs"]} >= {"zero2", "zero3", "zero3-offload"}
+    markdown = (out / "report.md").read_text()
+    assert markdown.count("prebuilt and loads") == 7 and "## bench" in markdown
+
+    # A step that needs the venv, without one: reported as skipped, the others' results kept.
+    again = subprocess.run([*proof, "--venv", str(tmp_path / "none"), "--output", str(out), "--only", "doctor"],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    rows = json.loads((out / "report.json").read_text())["steps"]
+    assert rows["doctor"] == {"status": "skipped", "why": "no site venv (the venv step failed or has not run)"}
+    assert rows["bench"]["status"] == "ok"
+
+
+def test_the_gpu_bundle_carries_what_the_machine_lacks_and_refuses_to_outgrow_the_carry(tmp_path: Path):
+    """make gpu-bundle's script (needs the package index): with the machine's package list, only the missing
+    wheels, DeepSpeed's sdist and the test runner's pins; over the size limit, one line naming the largest."""
+    locked = {**locked_versions((REPO / "containers/lock/dev.txt").read_text()), **locked_versions(
+        (REPO / "containers/lock/site.txt").read_text())}  # fmt: skip
+    machine = tmp_path / "machine.json"  # as `pip list --format json` shows a machine with all of it but one
+    machine.write_text(json.dumps([{"name": k, "version": v} for k, v in locked.items() if k != "python-hostlist"]))
+    bundle = [sys.executable, "containers/gpu-bundle", "--python", "3.11", "--installed", str(machine)]
+    result = subprocess.run([*bundle, str(tmp_path / "b")], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    files = sorted(p.name.replace("_", "-") for p in (tmp_path / "b").iterdir())
+    assert files == ["deepspeed-0.19.8.tar.gz", "python-hostlist-2.3.0.tar.gz", "requirements.txt", "test-runner.txt"]
+    assert "pytest==" in (tmp_path / "b" / "test-runner.txt").read_text()
+    small = subprocess.run([*bundle, "--max-mib", "0.1", str(tmp_path / "c")], cwd=REPO, capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert small.returncode == 1
+    assert small.stderr.startswith("error: the bundle is ") and "largest: deepspeed " in small.stderr
