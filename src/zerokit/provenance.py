@@ -14,17 +14,18 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from zerokit import __version__
+from zerokit import __version__, site_torch
 from zerokit.cluster import detect_environment
 from zerokit.errors import UserError
 from zerokit.image_info import read_image_info
 from zerokit.nic import interface_to
 from zerokit.paths import HOME
 from zerokit.runtimes import inside
-from zerokit.stack import load_stack
+from zerokit.stack import environment_stack, load_stack
 
 RECORD_NAME = "zerokit-run.json"
 FORMAT = "zerokit-run/1"
@@ -57,6 +58,26 @@ def now() -> str:
 
 def is_secret(name: str) -> bool:
     return any(word in name.upper() for word in SECRET_WORDS)
+
+
+REDACTED = "<redacted>"
+
+
+def redacted_argv(argv: list[str]) -> list[str]:
+    """argv with the value of every flag whose name says it is a secret (--hub_token T, --api-key=K) hidden."""
+    shown, hide_next = [], False
+    for word in argv:
+        name, equals, _ = word.partition("=")
+        if hide_next:
+            shown.append(REDACTED)
+        elif word.startswith("-") and is_secret(name.lstrip("-")):
+            shown.append(f"{name}={REDACTED}" if equals else word)
+            hide_next = not equals
+            continue
+        else:
+            shown.append(word)
+        hide_next = False
+    return shown
 
 
 def recorded_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -100,7 +121,7 @@ def sha256_file(path: Path) -> str:
 
 def stack_name(environ: Mapping[str, str]) -> str:
     image = read_image_info()
-    return environ.get("ZEROKIT_STACK") or (image or {}).get("stack") or "cpu"
+    return environ.get("ZEROKIT_STACK") or (image or {}).get("stack") or environment_stack(environ)
 
 
 def image_facts(environ: Mapping[str, str]) -> dict:
@@ -205,12 +226,14 @@ def _route(environ: Mapping[str, str]) -> str | None:
 def environment_facts(environ: Mapping[str, str]) -> dict:
     """Everything `doctor --against` compares, gathered now."""
     stack = stack_name(environ)
+    site = site_torch.recorded()  # a site stack: the torch, CUDA, cuDNN and NCCL the environment was built on
     return {
         "image": image_facts(environ),
         "stack": stack,
         "lock": lock_facts(stack),
         "zerokit": zerokit_facts(),
         **version_facts(),
+        **({"site_torch": asdict(site)} if site else {}),
         "environment": recorded_environment(environ),
     }
 

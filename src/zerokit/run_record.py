@@ -32,6 +32,7 @@ from zerokit.provenance import (
     launcher_facts,
     leaves,
     now,
+    redacted_argv,
     start_environment,
 )
 
@@ -124,7 +125,7 @@ class RunRecorder(TrainerCallback):
             self.record = {
                 "format": FORMAT,
                 "command": "train",
-                "argv": list(sys.argv),
+                "argv": redacted_argv(sys.argv),
                 "cwd": os.getcwd(),
                 "started_at": now(),
                 "ended_at": None,

@@ -27,6 +27,7 @@ def train(output: Path, config: Path, env: dict[str, str], steps: int, *extra: s
     argv += ["--max_steps", str(steps), "--per_device_train_batch_size", "8", "--save_strategy", "steps"]
     result = run_zerokit([*argv, "--save_steps", "2", *extra], env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert SECRET not in result.stdout + result.stderr  # nor in the logs
 
 
 def doctor(record: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -44,7 +45,7 @@ def run(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
     output = tmp / "run"
     train(output, config, env, 4)
     first = json.loads((output / "zerokit-run.json").read_text())
-    train(output, config, env, 6, "--resume", "auto")
+    train(output, config, env, 6, "--resume", "auto", "--hub_token", SECRET)  # a secret on the command line too
     return output, config, {**env, "_first_started_at": first["started_at"]}
 
 
@@ -52,7 +53,9 @@ def test_the_record_holds_every_field_with_real_values(run):
     output, config, _ = run
     text = (output / "zerokit-run.json").read_text()
     assert SECRET not in text and "HF_TOKEN" not in text
+    assert not [p for p in output.glob("checkpoint-*/zerokit-run.json") if SECRET in p.read_text()]
     record = json.loads(text)
+    assert record["argv"][record["argv"].index("--hub_token") + 1] == "<redacted>"
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     lock = REPO / "containers" / "lock" / "cpu.txt"
     import deepspeed

@@ -11,7 +11,7 @@ import pytest
 from zerokit.checkpoints import SIZES_NAME, damage, record_sizes
 from zerokit.doctor.against import compare, read_run_record
 from zerokit.errors import UserError
-from zerokit.provenance import RECORD_NAME, jsonable, recorded_environment
+from zerokit.provenance import RECORD_NAME, jsonable, recorded_environment, redacted_argv
 from zerokit.run_record import add_to_sizes, deepspeed_section, resume_chain, write_json
 
 
@@ -166,3 +166,11 @@ def test_the_config_given_as_a_long_base64_string_is_read_not_opened():
     config = {"zero_optimization": {"stage": 3}, "padding": "x" * 400, "torch_adam": True}
     encoded = base64.urlsafe_b64encode(json.dumps(config).encode()).decode()
     assert len(encoded) > 255 and given_config(encoded) == config
+
+
+def test_a_secret_flags_value_is_never_recorded():
+    argv = ["train", "--hub_token", "hf_x", "--api-key=k1", "--max_steps", "6", "--db_password", "p", "--push_to_hub"]
+    assert redacted_argv(argv) == [
+        "train", "--hub_token", "<redacted>", "--api-key=<redacted>", "--max_steps", "6", "--db_password",
+        "<redacted>", "--push_to_hub",
+    ]  # fmt: skip
