@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 
 from zerokit.errors import UserError
@@ -51,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         if not error.every_rank or os.environ.get("RANK", "0") == "0":
             print(f"error: {error}", file=sys.stderr)
         return error.exit_code
+    except KeyboardInterrupt:  # Ctrl-C outside training's steps (which checkpoint on it): one line, no traceback
+        if os.environ.get("RANK", "0") == "0":
+            print(f"zerokit {name}: interrupted (SIGINT)", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Preemption: on SIGTERM or SIGUSR1 (Slurm's `--signal`), finish the step, checkpoint, exit to be requeued.
+"""Preemption: on SIGTERM or SIGUSR1 (Slurm's `--signal`), finish the step, checkpoint, exit to be requeued;
+on Ctrl-C (SIGINT) during training the same, exiting 130, and a second Ctrl-C ends the rank at once.
 
 The signal only sets a flag. A signal reaches the ranks at slightly different moments, so they
 agree on it before stopping, and at no cost per step: at the end of step N each rank starts an
@@ -12,6 +13,7 @@ step during which the signal arrived (seconds, against Slurm's `--signal=B:USR1@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -21,6 +23,10 @@ from transformers import TrainerCallback
 # scripts (scripts/slurm/*.sbatch, REQUEUE_EXIT_CODE) requeue the job when train exits with it.
 REQUEUE_EXIT_CODE = 85
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# Ctrl-C: a person is there, so no requeue; the code a shell reports for SIGINT.
+INTERRUPT_EXIT_CODE = 128 + signal.SIGINT
+# What the ranks agree on, the largest wins: nothing, stop to be requeued, stop because interrupted.
+CONTINUE, REQUEUE, INTERRUPT = 0, 1, 2
 
 
 class PreemptionCallback(TrainerCallback):
@@ -28,31 +34,47 @@ class PreemptionCallback(TrainerCallback):
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.wish = CONTINUE  # this rank's: REQUEUE or INTERRUPT once a signal came
         self.preempted = False
+        self.exit_code = 0  # once preempted: REQUEUE_EXIT_CODE or INTERRUPT_EXIT_CODE
         self._agreement: FlagAgreement | None = None
+        self._sigint_before: object = None
         for sig in SIGNALS:
             signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum, _frame) -> None:
+        if signum == signal.SIGINT:
+            if self.wish == INTERRUPT:  # the second Ctrl-C: now, without the checkpoint, without a traceback
+                os.write(2, f"zerokit: SIGINT again: exiting now ({INTERRUPT_EXIT_CODE})\n".encode())
+                os._exit(INTERRUPT_EXIT_CODE)
+            self.wish = INTERRUPT
+        else:
+            self.wish = max(self.wish, REQUEUE)
         self.received = signum
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._agreement = FlagAgreement.for_this_job()  # every rank calls on_train_begin: it may make a group
+        # Ctrl-C checkpoints only while there are steps to end; before and after, it is a KeyboardInterrupt
+        # (one line from `zerokit`, exit 130).
+        self._sigint_before = signal.signal(signal.SIGINT, self._on_signal)
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.preempted or self._agreement is None:
             return control
-        if not self._agreement.exchange(self.received is not None):
+        agreed = self._agreement.exchange(self.wish)
+        if agreed == CONTINUE:
             return control
         self.preempted = True
+        self.exit_code = INTERRUPT_EXIT_CODE if agreed == INTERRUPT else REQUEUE_EXIT_CODE
         control.should_save = True
         control.should_training_stop = True
         if state.is_world_process_zero:
             name = signal.Signals(self.received).name if self.received else "a signal on another rank"
+            why = "interrupted; Ctrl-C again to stop without it" if agreed == INTERRUPT else "requeue"
             print(
                 f"zerokit: {name} received: checkpointing at step {state.global_step}, "
-                f"then exiting with {REQUEUE_EXIT_CODE} (requeue)",
+                f"then exiting with {self.exit_code} ({why})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -62,11 +84,15 @@ class PreemptionCallback(TrainerCallback):
         if self._agreement is not None:
             self._agreement.finish()  # no collective left in flight when the process group goes
             self._agreement = None
+        if self._sigint_before is not None:
+            signal.signal(signal.SIGINT, self._sigint_before)
+            self._sigint_before = None
         return control
 
 
 class FlagAgreement:
-    """Whether a flag was set on any rank, agreed one call late: each call starts a MAX all-reduce and reads the last.
+    """The largest of the ranks' flags (0: none), agreed one call late: each call starts a MAX all-reduce and
+    reads the last.
 
     Every rank must call `exchange` equally often (once per step end) and `finish` once at the end.
     Alone (no process group, or one rank) a set flag is seen at once.
@@ -86,8 +112,8 @@ class FlagAgreement:
         # collective never queues behind or ahead of DeepSpeed's on the default group.
         return cls(dist.new_group(backend="gloo"))
 
-    def exchange(self, flag: bool) -> bool:
-        """The agreed flag of the previous call (False on the first); starts this call's agreement."""
+    def exchange(self, flag: int) -> int:
+        """The agreed flag of the previous call (0 on the first); starts this call's agreement."""
         if self.group is None:
             return flag
         import torch
@@ -102,13 +128,13 @@ class FlagAgreement:
         if self.group is not None:
             self._collect()
 
-    def _collect(self) -> bool:
+    def _collect(self) -> int:
         if self._pending is None:
-            return False
+            return 0
         work, tensor = self._pending
         self._pending = None
         work.wait()  # done long ago in the common case: it ran during the step
-        return bool(tensor.item())  # a CPU tensor: no device synchronisation
+        return int(tensor.item())  # a CPU tensor: no device synchronisation
 
 
 def any_rank(flag) -> bool:

@@ -1,7 +1,9 @@
-"""Preemption: SIGTERM to a 2-rank ZeRO-3 run at two steps, `--resume auto` after each; same losses as without.
+"""Preemption: SIGTERM, then Ctrl-C, to a 2-rank ZeRO-3 run, then Ctrl-C twice; `--resume auto` after each;
+the same losses as without.
 
-The signal goes to the local launcher (as Slurm's goes to the batch shell), which forwards it to
-the ranks; each time train checkpoints at the step end and exits with the requeue code.
+The signal goes to the local launcher (as Slurm's goes to the batch shell, or a terminal's Ctrl-C to the
+foreground command), which forwards it to the ranks; train checkpoints at the step end and exits with the
+requeue code (SIGTERM) or 130 (SIGINT), in one line; a second SIGINT ends it at once, without a checkpoint.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from tests.conftest import REPO, run_zerokit
 from zerokit.checkpoints import newest_complete_checkpoint
-from zerokit.preemption import REQUEUE_EXIT_CODE
+from zerokit.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
 
 STEPS = 30
 
@@ -55,8 +57,8 @@ def progress(log: Path) -> int:
     return max(map(int, steps), default=0)
 
 
-def interrupt_at(step: int, output: Path, env: dict[str, str], tmp: Path) -> tuple[int, str]:
-    """Start `train --resume auto`, SIGTERM the launcher once `step` shows; (exit code, its stderr)."""
+def interrupt_at(step: int, output: Path, env: dict[str, str], tmp: Path, *signals: int) -> tuple[int, str]:
+    """Start `train --resume auto`, send the launcher `signals` once `step` shows; (exit code, its stderr)."""
     err = tmp / f"interrupt-{step}.err"
     with err.open("w") as stderr:
         proc = subprocess.Popen(
@@ -69,7 +71,9 @@ def interrupt_at(step: int, output: Path, env: dict[str, str], tmp: Path) -> tup
         deadline = time.monotonic() + 300
         while progress(err) < step and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
+        for number in signals:
+            proc.send_signal(number)
+            time.sleep(0.2)
         code = proc.wait(timeout=300)
     return code, err.read_text(errors="replace")
 
@@ -82,16 +86,28 @@ def test_sigterm_at_two_steps_then_resume_auto_matches_an_uninterrupted_run(tmp_
     assert sorted(expected) == list(range(1, STEPS + 1))
 
     output = tmp_path / "preempted"
-    targets = sorted(random.Random(20240).sample(range(3, STEPS - 4), 2))  # preempted again after a resume
+    targets = sorted(random.Random(20240).sample(range(3, STEPS - 6), 3))  # stopped again after each resume
     stopped_at = []
-    for target in targets:
-        code, stderr = interrupt_at(target, output, zk_env, tmp_path)
-        assert code == REQUEUE_EXIT_CODE, stderr[-3000:]
-        step = int(re.search(r"SIGTERM received: checkpointing at step (\d+)", stderr).group(1))
+    for target, signals, code_wanted in [
+        (targets[0], [signal.SIGTERM], REQUEUE_EXIT_CODE),
+        (targets[1], [signal.SIGINT], INTERRUPT_EXIT_CODE),
+    ]:
+        code, stderr = interrupt_at(target, output, zk_env, tmp_path, *signals)
+        assert code == code_wanted, stderr[-3000:]
+        name = signal.Signals(signals[0]).name
+        step = int(re.search(rf"{name} received: checkpointing at step (\d+)", stderr).group(1))
         assert newest_complete_checkpoint(output) == output / f"checkpoint-{step}"
         assert not (output / "model.safetensors").exists()  # no final export after a preemption
+        assert "Traceback" not in stderr, stderr[-3000:]
         stopped_at.append(step)
     assert len(set(stopped_at)) == 2 and stopped_at == sorted(stopped_at), stopped_at
+
+    # Ctrl-C twice: the ranks end at once, in one line each, and no checkpoint of that run is taken for whole.
+    code, stderr = interrupt_at(targets[2], output, zk_env, tmp_path, signal.SIGINT, signal.SIGINT)
+    assert code == INTERRUPT_EXIT_CODE, stderr[-3000:]
+    assert "SIGINT again: exiting now (130)" in stderr and "Traceback" not in stderr, stderr[-3000:]
+    newest = newest_complete_checkpoint(output)
+    stopped_at.append(int(newest.name.split("-")[1]))
 
     result = run_zerokit(train_argv(output, "--resume", "auto"), zk_env)
     assert result.returncode == 0, result.stderr[-3000:]

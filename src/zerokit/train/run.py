@@ -120,13 +120,11 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
 def train_and_save(options: TrainOptions, trainer, resume, preemption, datasets, record, on_gpu: bool) -> int:
     import torch
 
-    from zerokit.preemption import REQUEUE_EXIT_CODE
-
     args = trainer.args
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    if preemption.preempted:  # the checkpoint is written; the job script requeues on this code
+    if preemption.preempted:  # the checkpoint is written; the job script requeues on REQUEUE_EXIT_CODE
         _shutdown_distributed()
-        return REQUEUE_EXIT_CODE
+        return preemption.exit_code
     if on_gpu:  # this rank's peak (rank 0's is the one saved); `smoke` reports it
         result.metrics["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated()
     trainer.save_model()
