@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from zerokit.checkpoints import damage, is_universal
+from zerokit.checkpoints import PREFIX, complete_checkpoints, damage, is_universal
 from zerokit.errors import UserError
 from zerokit.flags import environ_defaults
 from zerokit.outputs import check_writable
@@ -49,11 +49,24 @@ def convert(checkpoint: Path) -> Path:
     return target
 
 
+def checkpoint_to_convert(path: Path) -> Path:
+    """A checkpoint-N folder as given; a run folder (train's --output-dir): its newest whole checkpoint."""
+    if (path / "latest").is_file() or not list(path.glob(f"{PREFIX}-*")):
+        return path
+    newest = next((c for c in complete_checkpoints(path) if not damage(c)), None)
+    if newest is None:
+        raise UserError(f"{path} is a run folder with no whole checkpoint-N to convert: give one by its path")
+    print(f"universal: {path} is a run folder: converting its newest whole checkpoint, {newest.name}")
+    return newest
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, prog="zerokit universal", description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", type=Path, help="a checkpoint-N folder (e.g. runs/long/checkpoint-500)")
+    parser.add_argument(
+        "checkpoint", type=Path, help="a checkpoint-N folder (runs/long/checkpoint-500), or a run folder: its newest"
+    )
     environ_defaults(parser, os.environ)
     args = parser.parse_args(argv)
-    target = convert(args.checkpoint)
+    target = convert(checkpoint_to_convert(args.checkpoint))
     print(f"universal: {target} written; `train --resume auto` (or a path) now loads it with any rank count")
     return 0

@@ -33,8 +33,11 @@ def test_two_rank_checkpoint_resumes_on_one_rank_after_conversion(tmp_path: Path
     checkpoint = tmp_path / "stopped" / "checkpoint-10"
     shutil.copytree(baseline / "checkpoint-10", checkpoint)
 
-    result = run_zerokit(["universal", str(checkpoint)], zk_env)
+    # Given the run folder (train's --output-dir), universal converts its newest whole checkpoint.
+    result = run_zerokit(["universal", str(checkpoint.parent)], zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
+    said = f"{checkpoint.parent} is a run folder: converting its newest whole checkpoint, checkpoint-10"
+    assert said in result.stdout
     assert (checkpoint / "latest_universal").read_text().strip() == "global_step10_universal"
     assert len(list((checkpoint / "global_step10").glob("*optim_states.pt"))) == 2  # the shards are kept
 
