@@ -12,12 +12,67 @@ import os
 import sys
 from pathlib import Path
 
+from zerokit.checkpoints import complete_checkpoints, damage
 from zerokit.errors import UserError
 from zerokit.flags import environ_defaults
 from zerokit.model_source import is_path, require_model_folder, require_tokenizer_folder
 from zerokit.outputs import check_writable
 
 ADAPTER_CONFIG = "adapter_config.json"
+# A folder with one of these holds a model's weights (or an adapter's) that from_pretrained reads.
+WEIGHTS = (
+    "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
+    "adapter_model.safetensors", "adapter_model.bin",
+)  # fmt: skip
+
+
+def has_weights(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in WEIGHTS)
+
+
+def model_to_load(folder: Path) -> Path:
+    """What training left, as generate reads it: a folder with weights as it is; a run folder without final
+    weights (stopped before its final save), its newest whole checkpoint; a checkpoint with only ZeRO shards,
+    itself (load_model consolidates them). Anything else is refused in one line."""
+    if has_weights(folder):
+        return folder
+    newest = next((c for c in complete_checkpoints(folder) if not damage(c)), None)
+    if newest is not None:
+        print(
+            f"generate: {folder} has no final weights (the run stopped before its final save): "
+            f"using its newest whole checkpoint, {newest.name}",
+            file=sys.stderr,
+        )
+        return model_to_load(newest)
+    if (folder / "latest").is_file() or not (folder / "config.json").is_file():
+        return folder  # ZeRO shards; or no model at all, which require_model_folder names
+    raise UserError(
+        f"{folder} has a config but no weights ({WEIGHTS[0]}) and no checkpoint-N: give a folder whose run "
+        "finished, or one of its checkpoint-N folders"
+    )
+
+
+def consolidated_model(folder: Path):
+    """The model of a checkpoint holding only DeepSpeed ZeRO shards, in fp32, consolidated in memory as
+    zero_to_fp32 does (nothing is written)."""
+    import contextlib
+
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    print(f"generate: {folder} holds ZeRO shards only: consolidating them in memory", file=sys.stderr)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
+    with contextlib.redirect_stdout(sys.stderr):  # its progress lines; stdout is the jsonl
+        state = get_fp32_state_dict_from_zero_checkpoint(str(folder))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    model.tie_weights()
+    tied = set(getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or ())
+    if unexpected or set(missing) - tied:
+        raise UserError(
+            f"{folder}: its ZeRO shards do not fit its config.json (missing {sorted(set(missing) - tied)[:3]}, "
+            f"unexpected {unexpected[:3]}): give the checkpoint-N folder train wrote, unchanged"
+        )
+    return model
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +103,8 @@ def load_model(model_dir: str, base: str | None = None):
     if not adapter_config.is_file():
         if base:
             raise UserError(f"--base is for LoRA adapter folders; {model_dir} has no {ADAPTER_CONFIG}")
+        if is_path(model_dir) and not has_weights(Path(model_dir)) and (Path(model_dir) / "latest").is_file():
+            return consolidated_model(Path(model_dir))
         return AutoModelForCausalLM.from_pretrained(model_dir)
     from peft import PeftModel
 
@@ -125,6 +182,7 @@ def main(argv: list[str]) -> int:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     prompts = read_prompts(args)
     if is_path(args.model):
+        args.model = str(model_to_load(Path(args.model).expanduser()))
         require_model_folder("model", args.model)
         require_tokenizer_folder("model", args.model)
     if args.output and args.output.exists() and not args.overwrite:

@@ -193,7 +193,7 @@ def make_venv(venv: Path, lock: Path) -> SiteTorch:
         )
     facts = probe()
     check_lock(lock, facts)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     purelib = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True, capture_output=True, text=True,
@@ -216,15 +216,17 @@ def check_lock(lock: Path, facts: SiteTorch) -> None:
             )
 
 
-def torch_requirement_conflicts(site_version: str) -> list[str]:
-    """Installed packages whose torch requirement the site's torch does not meet (what pip would 'fix' by
-    replacing torch), as 'name version needs torch SPEC'."""
+def torch_requirement_conflicts(site_version: str, paths: list[str] | None = None) -> list[str]:
+    """Packages installed in paths (default: this environment's own site-packages, not the site's) whose torch
+    requirement the site's torch does not meet (what pip would 'fix' by replacing torch): 'name version
+    needs torch SPEC'."""
     from packaging.requirements import Requirement
     from packaging.version import Version
 
     version = Version(Version(site_version).public)  # 2.11.0+cu130 meets >=2.11 as pip judges it
     conflicts = []
-    for dist in metadata.distributions():
+    own = paths or sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    for dist in metadata.distributions(path=own):
         for text in dist.requires or []:
             requirement = Requirement(text)
             if requirement.name.lower() != "torch" or not requirement.specifier:

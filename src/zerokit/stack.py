@@ -322,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.field == "labels":
         print("\n".join(f"{k}={v}" for k, v in stack.labels(*args.key).items()))
     elif args.field == "notes":
-        print("\n".join(stack.notes))
+        if stack.notes:
+            print("\n".join(stack.notes))
     elif args.field == "version":
         print(stack.version(args.key[0]))
     else:

@@ -173,3 +173,36 @@ def test_a_second_training_into_the_same_folder_fails_at_once(tmp_path: Path, en
     assert result.returncode == 2, result.stderr[-2000:]
     lines = error_lines(result.stderr)
     assert len(lines) == 1 and f"output folder {run} is being written by another run (train, pid" in lines[0]
+
+
+def test_generate_reads_what_training_leaves(finished_run: Path, tmp_path: Path, env):
+    """A run stopped before its final save (its newest whole checkpoint) and a checkpoint holding only ZeRO
+    shards (consolidated in memory) give the tokens of the checkpoint's own weights; a folder with a config
+    and nothing to load is refused in one line."""
+    prompt = ["--prompt", "the old", "--max-new-tokens", "6"]
+    expected = run_zerokit(["generate", str(finished_run / "checkpoint-4"), *prompt], env)
+    assert expected.returncode == 0, expected.stderr[-3000:]
+
+    run = copy_of(finished_run, tmp_path / "stopped")
+    (run / "model.safetensors").unlink()  # stopped after checkpoint-4, before the final save
+    result = run_zerokit(["generate", str(run), *prompt], env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "has no final weights (the run stopped before its final save): using its newest whole checkpoint, " \
+        "checkpoint-4" in result.stderr  # fmt: skip
+    assert result.stdout == expected.stdout
+
+    (run / "checkpoint-4" / "model.safetensors").unlink()  # the DeepSpeed shards alone
+    result = run_zerokit(["generate", str(run / "checkpoint-4"), *prompt], env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "holds ZeRO shards only: consolidating them in memory" in result.stderr
+    assert result.stdout == expected.stdout
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(finished_run / name, bare / name)
+    result = run_zerokit(["generate", str(bare), *prompt], env)
+    assert result.returncode == 2 and error_lines(result.stderr) == [
+        f"error: {bare} has a config but no weights (model.safetensors) and no checkpoint-N: give a folder whose "
+        "run finished, or one of its checkpoint-N folders"
+    ], result.stderr[-2000:]
