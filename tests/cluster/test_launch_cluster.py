@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.cluster.netcluster import Cluster
 from tests.conftest import logged_losses
 
@@ -123,22 +125,26 @@ elif int(os.environ["RANK"]) == int(os.environ["WORLD_SIZE"]) - 1:
 """
 
 
-def test_a_remote_rank_aborting_after_the_model_is_written_is_named_with_its_node(cluster: Cluster):
-    """pdsh from node1, 2 ranks per node: node2's launch names its rank, node2 and SIGABRT, and says the outputs
-    are complete; the job ends non-zero (the scheduler marks it failed; the user reads why, and whether to trust
-    it). With one rank per node launch becomes the rank (exec) and no such line is printed (issue 32's notes)."""
-    tmp = cluster.shared_dir / "remote-abort"
+@pytest.mark.parametrize(("nproc", "rank"), [("1", "rank 1 (local 0)"), ("2", "rank 3 (local 1)")])
+def test_a_remote_rank_aborting_after_the_model_is_written_is_named_with_its_node(
+    cluster: Cluster, nproc: str, rank: str
+):
+    """pdsh from node1, 1 or 2 ranks per node: node2's launch names its rank, node2 and SIGABRT, and says the
+    outputs are complete; the job ends with the rank's status, 134, through ssh and pdsh (the scheduler marks it
+    failed; the user reads why, and whether to trust it). A node's only rank is supervised too: before, launch
+    became it (exec) and pdsh showed only `ssh exited with exit code 255`."""
+    tmp = cluster.shared_dir / f"remote-abort-{nproc}"
     tmp.mkdir()
     (tmp / "hosts").write_text("node1\nnode2\n")
     (tmp / "job.py").write_text(ABORT_AFTER_THE_MODEL)
     output = tmp / "out"
-    argv = ["launch", "--launcher", "pdsh", "--hostfile", str(tmp / "hosts"), "--nproc-per-node", "2",
+    argv = ["launch", "--launcher", "pdsh", "--hostfile", str(tmp / "hosts"), "--nproc-per-node", nproc,
             "--", sys.executable, str(tmp / "job.py"), "--output_dir", str(output)]  # fmt: skip
     result = cluster.run("node1", argv, env=node_env(tmp), cwd=tmp, timeout=300)
     log = result.stdout + result.stderr
-    assert result.returncode != 0, log[-4000:]
+    assert result.returncode == 128 + signal.SIGABRT, log[-4000:]
     expected = (
-        f"launch: rank 3 (local 1) on node2 was killed by SIGABRT (exit 134); "
+        f"launch: {rank} on node2 was killed by SIGABRT (exit 134); "
         f"the final model is in {output}: the run's outputs are complete"
     )
     assert expected in log, log[-4000:]

@@ -15,7 +15,9 @@
 - The first rank to fail is named with its exit status, and the others are stopped as above. When a
   signal killed it, launch ends with one line naming the rank, this node, the signal, and whether the
   final model is in the command's output folder (--output_dir), so a user knows whether to trust it:
-  a rank can abort at exit after the job has written everything (issue 32).
+  a rank can abort at exit after the job has written everything (issue 32). A node's only rank is
+  supervised as well (plan.py: spawn), so this holds for one rank per node too. A head-node mpirun or
+  mpiexec that exits 128+N names its rank itself; launch's line then adds the outputs' state.
 - Exit code: that of the first rank that failed on its own (128+N when signal N killed it), else
   128+N when launch itself got stop signal N, else 0.
 """
@@ -85,9 +87,14 @@ def flag_value(args: Sequence[str], flag: str) -> str | None:
     return value
 
 
+def output_dir(argv: Sequence[str]) -> str | None:
+    """The command's output folder (--output_dir), None when its command line names none."""
+    return next((value for flag in OUTPUT_DIR_FLAGS if (value := flag_value(argv, flag))), None)
+
+
 def outputs_state(argv: Sequence[str]) -> str:
     """Whether the final model of the command's run is in its output folder (relative to launch's)."""
-    folder = next((value for flag in OUTPUT_DIR_FLAGS if (value := flag_value(argv, flag))), None)
+    folder = output_dir(argv)
     if folder is None:
         return "no --output_dir on its command line to check its outputs"
     if any((Path(folder) / name).is_file() for name in FINAL_MODEL_FILES):
@@ -108,6 +115,7 @@ class Rank:
     def __init__(self, command: Command) -> None:
         self.label = label(command)
         self.argv = command.argv
+        self.is_rank = "RANK" in command.env  # else a head-node launcher (pdsh, mpirun) starting the ranks
         self.process = subprocess.Popen(
             command.argv,
             env={**os.environ, **command.env},
@@ -210,7 +218,7 @@ class Supervisor:
                 for other in others:
                     other.send(signal.SIGTERM)
                 self._arm("SIGTERM")
-            else:
+            elif others or death_line(rank) is None:  # else the last to end: its one line follows at once
                 say(f"{rank.label} {describe_exit(returncode)}")
 
     def _kill_stragglers(self) -> None:
@@ -224,14 +232,31 @@ class Supervisor:
 
     def _report_signal_death(self) -> None:
         """Once every rank has ended: the first failed rank, when a signal killed it, and the run's outputs."""
-        if self.failure is not None and self.failure.process.returncode < 0:
-            death = describe_exit(self.failure.process.returncode)
-            say(f"{self.failure.label} on {socket.gethostname()} {death}; {outputs_state(self.failure.argv)}")
+        line = death_line(self.failure) if self.failure is not None else None
+        if line is not None:
+            say(line)
 
     def _exit_code(self) -> int:
         if self.failure is not None:
             return exit_code(self.failure.process.returncode)
         return 128 + self.stop_signal if self.stop_signal is not None else 0
+
+
+def death_line(rank: Rank) -> str | None:
+    """The one line for a rank that a signal killed: rank, node, signal, and whether the run's outputs are complete.
+
+    A head-node MPI launcher (mpirun, mpiexec) that exits 128+N, N a signal, names the rank and its node itself
+    (`process rank 1 ... on node node2 exited on signal 6`): the line adds the outputs' state when its command
+    line names the output folder. None for any other exit."""
+    code = rank.process.returncode
+    if code < 0:
+        return f"{rank.label} on {socket.gethostname()} {describe_exit(code)}; {outputs_state(rank.argv)}"
+    if not rank.is_rank and code - 128 in signal.valid_signals() and output_dir(rank.argv) is not None:
+        return (
+            f"{rank.label} exited with {code}: a rank it started was killed by {signal_name(code - 128)} "
+            f"(its report above names the rank and node); {outputs_state(rank.argv)}"
+        )
+    return None
 
 
 def execute_commands(commands: Sequence[Command], stop_grace: float = DEFAULT_STOP_GRACE) -> int:

@@ -2,11 +2,16 @@
 
 `plan()` is pure: the scheduler's view comes in as a ClusterEnvironment, the interface lookup as a
 function. The plan is what `launch --dry-run --json` prints and what tests assert; `execute()`
-carries it out. Four modes:
+carries it out. Three modes:
 
-- exec:   this process is one rank (started by srun / mpirun / torchrun, or one rank alone): set
-          the torch.distributed variables and become the target.
-- spawn:  this process is one node: start K local ranks (`--nproc-per-node K`).
+- exec:   this process is one rank that a scheduler or MPI launcher started (srun, mpirun, mpiexec, PBS,
+          SGE, LSF, Flux, torchrun): set the torch.distributed variables and become the target. That
+          launcher watches the rank and names it when a signal kills it (srun: "task 1: Aborted", mpirun:
+          "process rank 1 ... exited on signal 6"); it signals the rank itself and may hand it
+          descriptors (Slurm's PMI_FD), so nothing of launch stays in between.
+- spawn:  this process is one node: start its K local ranks (`--nproc-per-node K`, K = 1 too: alone, or
+          one node of a pdsh launch) and supervise them (zerokit.launch.local): launch names a rank that
+          a signal killed, its node, and whether the run's outputs are complete, and exits with its status.
 - remote: this is the head node: start the job on every host (zerokit.launch.head: pdsh, mpirun, mpiexec).
 """
 
@@ -172,7 +177,7 @@ def _rank_plan(config, cluster, environ, cpu_count, interface_to) -> Plan:
 def _node_plan(
     config, environment, hosts, nnodes, node_rank, main_address, port, environ, cpu_count, interface_to
 ) -> Plan:
-    """spawn (or exec for one local rank): K ranks of node `node_rank` out of `nnodes`."""
+    """spawn: K ranks of node `node_rank` out of `nnodes`, supervised by this launch (one rank alone too)."""
     nproc = config.nproc_per_node or 1
     # One node alone talks over loopback; across nodes, over the interface that reaches the main node.
     ifname = config.ifname or (interface_to(main_address) if nnodes > 1 else None)
@@ -190,7 +195,7 @@ def _node_plan(
         for i in range(nproc)
     )
     return Plan(
-        mode="spawn" if nproc > 1 else "exec",
+        mode="spawn",
         environment=environment,
         hosts=hosts,
         nnodes=nnodes,
@@ -287,7 +292,7 @@ def rank_line(plan: Plan, command: Command, hostname: str) -> str:
 
 
 def execute(plan: Plan, stop_grace: float) -> int:
-    """Carry out a plan: become the rank (exec), run the local ranks (spawn), or run the remote launch.
+    """Carry out a plan: become the rank (exec), run and supervise the local ranks (spawn), or run the remote launch.
 
     `stop_grace`: seconds between a stop signal passed on to the ranks and SIGKILL (local.py)."""
     if plan.mode != "remote":

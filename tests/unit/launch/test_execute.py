@@ -10,7 +10,9 @@ import socket
 import sys
 import time
 
+from zerokit.launch.config import parse
 from zerokit.launch.local import Command, describe_exit, execute_commands, exit_code
+from zerokit.launch.plan import execute, plan
 
 
 def test_every_rank_runs_with_its_variables(tmp_path):
@@ -55,6 +57,37 @@ def test_a_rank_aborting_after_the_model_is_written_is_named_with_its_node_and_c
         f"launch: rank 1 (local 1) on {socket.gethostname()} was killed by SIGABRT (exit 134); "
         f"the final model is in {out}: the run's outputs are complete\n"
     ) in capsys.readouterr().err
+
+
+def test_the_one_rank_of_a_node_aborting_is_named_by_launch_with_its_status(tmp_path, capsys):
+    """A pdsh launch with one rank per node: the node's launch plans, starts and watches that rank, so a
+    signal that kills it is named (not only pdsh's `ssh exited with exit code 255`)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.safetensors").touch()
+    argv = ["--hosts", "node1,node2", "--node-host", "node2", "--nproc-per-node", "1", "--master-addr", "node1",
+            "--ifname", "lo", "--", "sh", "-c", "kill -ABRT $$", "sh", "--output_dir", str(out)]  # fmt: skip
+    the_plan = plan(parse(argv, {}, sys.executable), None, {}, 2, lambda _: "lo", lambda: 41000)
+    assert the_plan.mode == "spawn"  # "exec" would replace this test's process with the rank
+    assert execute(the_plan, stop_grace=5) == 128 + signal.SIGABRT
+    err = capsys.readouterr().err
+    assert err.endswith(
+        f"launch: rank 1 (local 0) on {socket.gethostname()} was killed by SIGABRT (exit 134); "
+        f"the final model is in {out}: the run's outputs are complete\n"
+    )
+    assert err.count("SIGABRT") == 1, err  # one line, not a second one as the rank ends
+
+
+def test_a_head_launcher_whose_status_says_a_rank_was_killed_adds_the_outputs_state(tmp_path, capsys):
+    """`launch --launcher mpirun`: mpirun names the rank, node and signal and exits 128+N; launch adds whether
+    the outputs are complete, in one line instead of `mpirun exited with 134`."""
+    out = tmp_path / "out"
+    mpirun = Command(("sh", "-c", "exit 134", "mpirun", "--", "python", "x.py", "--output_dir", str(out)), {})
+    assert execute_commands([mpirun]) == 134
+    assert capsys.readouterr().err == (
+        "launch: sh exited with 134: a rank it started was killed by SIGABRT (its report above names the rank and "
+        f"node); no final model in {out}: the run's outputs are incomplete\n"
+    )
 
 
 def test_exit_statuses_read_as_a_shell_reads_them():

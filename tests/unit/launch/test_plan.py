@@ -287,6 +287,20 @@ def test_each_node_of_a_pdsh_launch_finds_its_rank():
     assert [c.env["RANK"] for c in p.commands] == ["2", "3"]
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--", "python", "x.py"],  # alone
+        ["--hosts", "node1,node2", "--node-host", "node2", "--nproc-per-node", "1", "--", "python", "x.py"],  # pdsh
+    ],
+)
+def test_a_node_of_one_rank_is_supervised_as_a_node_of_several(argv):
+    """launch started the rank, so launch watches it: a signal killing it is named (issue 32), never exec."""
+    p = make_plan(argv, {})
+    assert (p.mode, p.nproc_per_node, len(p.commands)) == ("spawn", 1, 1)
+    assert p.commands[0].env["LOCAL_RANK"] == "0"
+
+
 def test_mpirun_head_node_maps_ranks_per_node_on_the_interface(tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("node1\nnode2\n")
