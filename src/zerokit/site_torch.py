@@ -93,11 +93,13 @@ def probe() -> SiteTorch:
 
 
 def torch_digest(dist: metadata.Distribution) -> str:
-    """A cheap fingerprint of an installed torch: its RECORD (every file's hash as installed; not the .pyc
-    files, which hold the folder they were compiled in, so one torch has one digest wherever it is) and the
-    names and sizes of its shared libraries (a library copied over another changes size)."""
+    """A cheap fingerprint of an installed torch: its RECORD (every file's hash as installed) and the names and
+    sizes of its shared libraries (a library copied over another changes size). Left out: what holds the
+    folder it was installed in (.pyc files, the console scripts' #! line), so one torch has one digest
+    wherever it is installed."""
     record = (dist.read_text("RECORD") or "").splitlines()
-    digest = hashlib.sha256("\n".join(line for line in record if "__pycache__/" not in line).encode())
+    kept = [line for line in record if "__pycache__/" not in line and not line.startswith("../")]
+    digest = hashlib.sha256("\n".join(kept).encode())
     lib = Path(str(dist.locate_file("torch/lib")))
     for path in sorted(lib.glob("*.so*")) if lib.is_dir() else []:
         digest.update(f"{path.name} {path.stat().st_size}\n".encode())

@@ -108,7 +108,7 @@ def test_the_gpu_proof_runs_its_steps_on_cpu_ranks_and_writes_one_report(site: S
     ranks, over this module's site venv. The smoke step is make smoke's, tested with the image."""
     out = tmp_path / "proof"
     proof = [sys.executable, "scripts/gpu-proof", "--device", "cpu", "--python", str(site.python)]
-    steps = "facts,venv,doctor,tests,bench"
+    steps = "facts,venv,ops,doctor,tests,bench"
     result = subprocess.run(
         [*proof, "--venv", str(site.venv), "--output", str(out), "--only", steps],
         cwd=REPO, capture_output=True, text=True, timeout=900,
@@ -116,13 +116,15 @@ def test_the_gpu_proof_runs_its_steps_on_cpu_ranks_and_writes_one_report(site: S
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert {step: row["status"] for step, row in report["steps"].items()} == dict.fromkeys(
-        ["facts", "venv", "doctor", "tests", "model", "bench"], "ok"
+        ["facts", "venv", "ops", "doctor", "tests", "model", "bench"], "ok"
     )
     assert report["steps"]["facts"]["facts"]["torch"]["torch"] == "2.13.0+cpu"
     assert report["steps"]["model"]["parameters"] > 0
     assert {run["config"] for run in report["bench"]["configs"]} >= {"zero2", "zero3", "zero3-offload"}
     markdown = (out / "report.md").read_text()
     assert markdown.count("prebuilt and loads") == 7 and "## bench" in markdown
+    overhead = report["bench"]["overhead"]  # zerokit's train against the plain HF script, in the same run
+    assert overhead["zerokit"]["median_tokens_per_s"] > 0 and overhead["plain"]["median_tokens_per_s"] > 0
 
     # A step that needs the venv, without one: reported as skipped, the others' results kept.
     again = subprocess.run([*proof, "--venv", str(tmp_path / "none"), "--output", str(out), "--only", "doctor"],
@@ -149,4 +151,5 @@ def test_the_gpu_bundle_carries_what_the_machine_lacks_and_refuses_to_outgrow_th
     small = subprocess.run([*bundle, "--max-mib", "0.1", str(tmp_path / "c")], cwd=REPO, capture_output=True,
                            text=True, timeout=300)  # fmt: skip
     assert small.returncode == 1
-    assert small.stderr.startswith("error: the bundle is ") and "largest: deepspeed " in small.stderr
+    last = small.stderr.strip().splitlines()[-1]  # after pip's own lines
+    assert last.startswith("error: the bundle is ") and "over 0 MiB (largest: deepspeed " in last, last
