@@ -64,7 +64,7 @@ sysdeps:  ## install the system packages the environment needs (as root on Debia
 	@containers/install-sysdeps
 
 # A site stack's venv sees the torch of PYTHON (its facts recorded first, checked unchanged after the install).
-# DEV_LOCK: the test tools (scripts/gpu-proof takes only the test runner, from make gpu-bundle's folder).
+# DEV_LOCK: the test tools (tests/gpu/proof takes only the test runner, from make gpu-bundle's folder).
 DEV_LOCK ?= containers/lock/dev.txt
 $(VENV)/.lock-$(STACK): $(LOCK) $(DEV_LOCK) | sysdeps
 	$(if $(filter site,$(STACK)),PYTHONPATH=src $(PYTHON) -m zerokit.site_torch make-venv $(VENV) --lock $(LOCK),$(PYTHON) -m venv $(VENV))
@@ -126,7 +126,7 @@ GPU_PYTHON_VERSION ?= 3.12
 GPU_PIP_LIST ?=
 GPU_BUNDLE ?= build/gpu-bundle
 gpu-proof:  ## on a GPU machine: site venv over its torch, ops for its GPU, doctor, smoke, gpu tests, bench; a report
-	scripts/gpu-proof --python $(GPU_PYTHON) $(if $(wildcard $(GPU_BUNDLE)),--wheelhouse $(GPU_BUNDLE))
+	tests/gpu/proof --python $(GPU_PYTHON) $(if $(wildcard $(GPU_BUNDLE)),--wheelhouse $(GPU_BUNDLE))
 
 gpu-bundle: venv  ## here: the wheels the GPU machine lacks (Python GPU_PYTHON_VERSION), at most 64 MiB, in GPU_BUNDLE
 	$(VPY) containers/gpu-bundle $(GPU_BUNDLE) --python $(GPU_PYTHON_VERSION) $(if $(GPU_PIP_LIST),--installed $(GPU_PIP_LIST))

@@ -57,12 +57,13 @@ def consolidated_model(folder: Path):
     zero_to_fp32 does (nothing is written)."""
     import contextlib
 
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
     from transformers import AutoConfig, AutoModelForCausalLM
 
     print(f"generate: {folder} holds ZeRO shards only: consolidating them in memory", file=sys.stderr)
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
-    with contextlib.redirect_stdout(sys.stderr):  # its progress lines; stdout is the jsonl
+    with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed's log and progress lines: stdout is the jsonl
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
         state = get_fp32_state_dict_from_zero_checkpoint(str(folder))
     missing, unexpected = model.load_state_dict(state, strict=False)
     model.tie_weights()

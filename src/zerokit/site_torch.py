@@ -23,6 +23,7 @@ import subprocess
 import sys
 import sysconfig
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -163,9 +164,9 @@ def deepspeed_arch_list(entries: list[str] | tuple[str, ...]) -> tuple[str, list
     return ";".join(f"{arch}+PTX" if archs[arch] else arch for arch in ordered), notes
 
 
-def arch_entries(facts: SiteTorch, environ: dict[str, str] | os._Environ[str] = os.environ) -> list[str]:
+def arch_entries(facts: SiteTorch, environ: Mapping[str, str] | None = None) -> list[str]:
     """TORCH_CUDA_ARCH_LIST when the caller sets one (e.g. only the GPU of this machine), else torch's own."""
-    chosen = environ.get("TORCH_CUDA_ARCH_LIST", "").replace(" ", ";")
+    chosen = (os.environ if environ is None else environ).get("TORCH_CUDA_ARCH_LIST", "").replace(" ", ";")
     return [entry for entry in chosen.split(";") if entry] or list(facts.arch_flags)
 
 

@@ -35,7 +35,7 @@ def site(tmp_path_factory) -> Site:
     subprocess.run([REPO / "tests/e2e/make-site-python", root / "site-python"], check=True)
     python = root / "site-python" / "bin" / "python"
     venv = root / "venv-site"
-    # DS_WHEEL_DIR as scripts/gpu-proof names it beside a venv, so the proof below reuses this one.
+    # DS_WHEEL_DIR as tests/gpu/proof names it beside a venv, so the proof below reuses this one.
     make = ["make", "venv", "STACK=site", f"PYTHON={python}", f"VENV={venv}", f"DS_WHEEL_DIR={venv}-wheels"]
     result = subprocess.run(make, cwd=REPO, capture_output=True, text=True, timeout=1700)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
@@ -104,10 +104,10 @@ def test_doctor_strict_passes_on_the_site_stack_and_catches_a_torch_changed_afte
 
 
 def test_the_gpu_proof_runs_its_steps_on_cpu_ranks_and_writes_one_report(site: Site, tmp_path: Path):
-    """scripts/gpu-proof's own logic (steps, logs, the model it benches, the report) where no GPU is: on CPU
+    """tests/gpu/proof's own logic (steps, logs, the model it benches, the report) where no GPU is: on CPU
     ranks, over this module's site venv. The smoke step is make smoke's, tested with the image."""
     out = tmp_path / "proof"
-    proof = [sys.executable, "scripts/gpu-proof", "--device", "cpu", "--python", str(site.python)]
+    proof = [sys.executable, "tests/gpu/proof", "--device", "cpu", "--python", str(site.python)]
     steps = "facts,venv,ops,doctor,tests,bench"
     result = subprocess.run(
         [*proof, "--venv", str(site.venv), "--output", str(out), "--only", steps],
