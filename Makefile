@@ -66,7 +66,8 @@ sysdeps:  ## install the system packages the environment needs (as root on Debia
 # A site stack's venv sees the torch of PYTHON (its facts recorded first, checked unchanged after the install).
 # DEV_LOCK: the test tools (tests/gpu/proof takes only the test runner, from make gpu-bundle's folder).
 DEV_LOCK ?= containers/lock/dev.txt
-$(VENV)/.lock-$(STACK): $(LOCK) $(DEV_LOCK) | sysdeps
+# A site's torch swapped since: its digest is in the wheel's inputs, so the venv is made (facts recorded) anew.
+$(VENV)/.lock-$(STACK): $(LOCK) $(DEV_LOCK) $(if $(filter site,$(STACK)),$(DS_WHEEL_INPUTS)) | sysdeps
 	$(if $(filter site,$(STACK)),PYTHONPATH=src $(PYTHON) -m zerokit.site_torch make-venv $(VENV) --lock $(LOCK),$(PYTHON) -m venv $(VENV))
 	containers/install-lock $(VPY) $(STACK)
 	$(VPY) -m pip install --quiet --no-deps --require-hashes --no-compile -r $(DEV_LOCK)

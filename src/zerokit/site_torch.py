@@ -267,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("--lock", type=Path, required=True, help="the site lock that will be installed into it")
     commands.add_parser("check", help="run by the venv's Python: torch unchanged and every torch pin met")
     commands.add_parser("facts", help="print this interpreter's torch facts as JSON")
+    commands.add_parser("digest", help="print the digest of this interpreter's torch (containers/cached-ds-wheel)")
     args = parser.parse_args(argv)
     try:
         if args.command == "make-venv":
@@ -275,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "check":
             facts = check_environment()
             print(f"site-torch: {facts.summary()} unchanged; every installed package accepts it")
+        elif args.command == "digest":
+            print(torch_digest(metadata.distribution("torch")))  # without importing torch
         else:
             print(json.dumps(asdict(probe()), indent=2))
     except SiteTorchError as error:

@@ -18,7 +18,8 @@ from tests.conftest import REPO, isolated_env, logged_losses
 from tests.unit.doctor.conftest import healthy_environ
 from zerokit.doctor.versions import locked_versions
 
-# Building the venv compiles DeepSpeed's ops against the site's torch (unless the wheel cache has them).
+# Building the venv compiles DeepSpeed's ops against the site's torch, unless the wheel cache has them: the site's
+# torch here is the cpu lock's wheel, so `make venv` (the cpu stack) has put the same wheel there already.
 pytestmark = pytest.mark.timeout(1800)
 
 
