@@ -55,18 +55,32 @@ def newest_complete_checkpoint(output_dir: Path) -> Path | None:
     return found[0] if found else None
 
 
+class AllCheckpointsDamaged(UserError):
+    """--resume auto found checkpoints, none whole: every rank finds the same, rank 0 says it."""
+
+    every_rank = True
+
+
 def resolve_resume(value: str | None, output_dir: Path, notes: list[str] | None = None) -> Path | None:
-    """`--resume auto`: the newest whole checkpoint (None: start fresh), a damaged one skipped with a
-    note; `--resume PATH`: that checkpoint, which must be whole."""
+    """`--resume auto`: the newest whole checkpoint (None: no checkpoint, start fresh), a damaged one skipped
+    with a note, and a run whose every checkpoint is damaged refused (never started over); `--resume PATH`:
+    that checkpoint, which must be whole."""
     if value is None:
         return None
     if value == "auto":
+        damaged = []
         for checkpoint in complete_checkpoints(output_dir):
             why = damage(checkpoint)
             if why is None:
                 return checkpoint
+            damaged.append(checkpoint.name)
             if notes is not None:
                 notes.append(f"checkpoint {checkpoint} is damaged ({why}): skipped, trying the one before it")
+        if damaged:
+            raise AllCheckpointsDamaged(
+                f"--resume auto: every checkpoint of {output_dir} is damaged ({', '.join(damaged)}), so nothing "
+                "was started over it: resume from a whole copy with --resume PATH, or start again with --overwrite"
+            )
         return None
     path = Path(value)
     if not (path / "trainer_state.json").is_file():

@@ -206,3 +206,19 @@ def test_generate_reads_what_training_leaves(finished_run: Path, tmp_path: Path,
         f"error: {bare} has a config but no weights (model.safetensors) and no checkpoint-N: give a folder whose "
         "run finished, or one of its checkpoint-N folders"
     ], result.stderr[-2000:]
+
+
+def test_resume_auto_never_starts_over_a_run_whose_checkpoints_are_all_damaged(finished_run: Path, tmp_path, env):
+    """Every checkpoint damaged: refused in one line naming them and the choices; nothing of the run changes."""
+    run = copy_of(finished_run, tmp_path / "all-damaged")
+    (run / "model.safetensors").unlink()  # a run stopped before its final save
+    for shard in run.rglob("*optim_states.pt"):
+        shard.write_bytes(shard.read_bytes()[:100])
+    before = {p: digest(p) for p in run.rglob("*") if p.is_file()}
+    result = run_zerokit(["train", "--output-dir", str(run), *QUICK, "--max_steps", "6", "--resume", "auto"], env)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert error_lines(result.stderr) == [
+        f"error: --resume auto: every checkpoint of {run} is damaged (checkpoint-4, checkpoint-2), so nothing was "
+        "started over it: resume from a whole copy with --resume PATH, or start again with --overwrite"
+    ], result.stderr[-3000:]
+    assert {p: digest(p) for p in run.rglob("*") if p.is_file()} == before
