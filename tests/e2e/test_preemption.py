@@ -86,7 +86,9 @@ def test_sigterm_at_two_steps_then_resume_auto_matches_an_uninterrupted_run(tmp_
     assert sorted(expected) == list(range(1, STEPS + 1))
 
     output = tmp_path / "preempted"
-    targets = sorted(random.Random(20240).sample(range(3, STEPS - 6), 3))  # stopped again after each resume
+    # Stopped again after each resume: 8 steps apart, so each target lies beyond where the run before stopped.
+    first = random.Random(20240).randrange(3, 7)
+    targets = [first, first + 8, first + 16]
     stopped_at = []
     for target, signals, code_wanted in [
         (targets[0], [signal.SIGTERM], REQUEUE_EXIT_CODE),
