@@ -171,9 +171,14 @@ def arch_entries(facts: SiteTorch, environ: Mapping[str, str] | None = None) -> 
 
 
 def site_paths() -> list[str]:
-    """This interpreter's package folders (site-packages, dist-packages, PYTHONPATH entries), not its stdlib."""
+    """This interpreter's package folders (site-packages, dist-packages, PYTHONPATH entries), not its stdlib,
+    the user's ~/.local, the working folder, nor zerokit's own source (the venv installs zerokit itself)."""
     stdlib = {os.path.realpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib")}
-    user = os.path.realpath(site.getusersitepackages())  # ~/.local: the user's, not the site's
+    not_the_sites = {
+        os.path.realpath(site.getusersitepackages()),
+        os.path.realpath(os.getcwd()),
+        str(Path(__file__).resolve().parent.parent),
+    }
     found = []
     for entry in sys.path:
         if not entry or not os.path.isdir(entry):
@@ -182,7 +187,7 @@ def site_paths() -> list[str]:
         packages = real.endswith(("site-packages", "dist-packages"))
         if real in stdlib or (os.path.dirname(real) in stdlib and not packages):
             continue  # the stdlib and lib-dynload: the venv has its own
-        if real != user and real not in found:
+        if real not in not_the_sites and real not in found:
             found.append(real)
     return found
 

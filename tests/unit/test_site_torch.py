@@ -4,7 +4,9 @@ The site venv itself, its ops and its training: tests/e2e/test_site_stack.py."""
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -105,3 +107,15 @@ def test_a_package_that_needs_another_torch_is_named():
     conflicts = site_torch.torch_requirement_conflicts("1.13.1+cu117")
     assert any(re.fullmatch(r"accelerate 1\.15\.0 needs torch>=\S+", line) for line in conflicts), conflicts
     assert site_torch.torch_requirement_conflicts("2.13.0+cpu") == []
+
+
+def test_the_site_folders_given_to_the_venv_are_only_package_folders(monkeypatch, tmp_path: Path):
+    """As make runs it (cwd the checkout, PYTHONPATH=src): neither lands in the venv's .pth, the packages do."""
+    module_folder = tmp_path / "module-site-packages"  # a cluster module's PYTHONPATH
+    module_folder.mkdir()
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr("sys.path", [str(REPO), str(REPO / "src"), str(module_folder), *sys.path])
+    folders = site_torch.site_paths()
+    assert str(module_folder) in folders
+    assert str(REPO) not in folders and str(REPO / "src") not in folders
+    assert any(folder.endswith("site-packages") and "torch" in os.listdir(folder) for folder in folders)
