@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,14 @@ def logged_losses(output: Path) -> list[float]:
     """The training losses the Trainer logged, in step order (from output's trainer_state.json)."""
     history = json.loads((output / "trainer_state.json").read_text())["log_history"]
     return [entry["loss"] for entry in history if "loss" in entry]
+
+
+def default_stop_signals() -> None:
+    """In the child before exec: the stop signals at their default disposition.
+
+    launch keeps a signal it inherited as ignored (nohup's contract, tested by the nohup case), so a
+    test of how launch handles a signal must not inherit the disposition of whatever started the suite
+    (a CI runner or `nohup` ignores SIGHUP; a shell's background job ignores SIGINT).
+    """
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)

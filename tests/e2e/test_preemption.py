@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import REPO, run_zerokit
+from tests.conftest import REPO, default_stop_signals, run_zerokit
 from zerokit.checkpoints import newest_complete_checkpoint
 from zerokit.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
 
@@ -67,6 +67,7 @@ def interrupt_at(step: int, output: Path, env: dict[str, str], tmp: Path, *signa
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
+            preexec_fn=default_stop_signals,  # a suite started in the background inherits SIGINT ignored
         )
         deadline = time.monotonic() + 300
         while progress(err) < step and proc.poll() is None and time.monotonic() < deadline:

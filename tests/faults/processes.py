@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, default_stop_signals
 
 
 def unique_marker() -> str:
@@ -52,17 +52,6 @@ def kill_all_with(marker: str) -> None:
     for line in processes_with(marker):
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
-
-
-def default_stop_signals() -> None:
-    """In the child before exec: the stop signals at their default disposition.
-
-    launch keeps a signal it inherited as ignored (nohup's contract, tested by the nohup case), so a
-    test of how launch handles a signal must not inherit the disposition of whatever started the suite
-    (a CI runner or `nohup` ignores SIGHUP; a shell's background job ignores SIGINT).
-    """
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
 
 
 def start_zerokit(args: list[str], env: dict[str, str]) -> subprocess.Popen:

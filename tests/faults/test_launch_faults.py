@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_zerokit
+from tests.conftest import default_stop_signals, run_zerokit
 from tests.faults.processes import (
-    default_stop_signals,
     kill_all_with,
     start_zerokit,
     strays,
