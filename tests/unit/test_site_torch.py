@@ -18,7 +18,8 @@ from zerokit.stack import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
 
-# A GPU machine's torch as seen on this project's H100 machines (2.11+cu130), as probe() would record it.
+# A CUDA site as probe() would record it: the version of the torch this project's GPU machines have (2.11+cu130);
+# its arch flags are a plausible CUDA 13 build's (sm_90a among them), not read from one.
 CUDA_SITE = SiteTorch(
     python="3.12",
     torch="2.11.0+cu130",
