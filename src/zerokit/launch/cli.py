@@ -69,4 +69,4 @@ def main(argv: list[str]) -> int:
     if the_plan.mode == "remote" and config.launcher == "pdsh":
         write_deepspeed_env(the_plan, Path(config.workdir))
     startup_marks.pass_on(os.environ, "launch ")  # for bench's start-up breakdown (StepClock)
-    return execute(the_plan, config.stop_grace)
+    return execute(the_plan, config.stop_grace, config.stall_timeout)

@@ -16,6 +16,7 @@ from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, Ch
 from zerokit.launch.head import HEAD_LAUNCHERS
 from zerokit.launch.local import DEFAULT_STOP_GRACE
 from zerokit.launch.program import user_script_argv
+from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
 
 # Head-node launchers: start every node from here (zerokit.launch.head).
 REMOTE_LAUNCHERS = tuple(HEAD_LAUNCHERS)
@@ -43,6 +44,7 @@ class LaunchConfig:
     print_command: bool
     preflight: bool
     stop_grace: float  # seconds between passing a stop signal on to the ranks and killing them
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT  # seconds without progress on any rank that end the job; 0: off
     check: CheckOptions | None = None  # --check/--check-only: every rank runs the health check first
 
     @property
@@ -103,6 +105,14 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=env("STOP_GRACE", str(DEFAULT_STOP_GRACE)),
         help="on SIGTERM/SIGINT, or when a rank fails, the other ranks get SIGTERM and, SECONDS later, SIGKILL "
         f"(default {DEFAULT_STOP_GRACE:g}: time for train's checkpoint, under Slurm's KillWait of 30)",
+    )
+    add(
+        "--stall-timeout",
+        metavar="SECONDS",
+        default=env("STALL_TIMEOUT", f"{DEFAULT_STALL_TIMEOUT:g}"),
+        help="when no rank has made progress (a collective, a training step, a heartbeat) for SECONDS, get every "
+        "rank's Python stacks, name the rank stuck outside any collective, and end the job; a rank waiting for "
+        f"peers that never start is named within it too (default {DEFAULT_STALL_TIMEOUT:g}; 0: off)",
     )
     add(
         "--check",
@@ -213,6 +223,7 @@ def parse(argv: Sequence[str], environ: Mapping[str, str], python: str) -> Launc
         print_command=args.print_command,
         preflight=not args.no_preflight,
         stop_grace=_seconds(args.stop_grace, "--stop-grace (ZEROKIT_STOP_GRACE)"),
+        stall_timeout=_seconds(args.stall_timeout, "--stall-timeout (ZEROKIT_STALL_TIMEOUT)"),
         check=options if checking else None,
     )
 

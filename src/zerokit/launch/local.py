@@ -18,8 +18,11 @@
   a rank can abort at exit after the job has written everything (issue 32). A node's only rank is
   supervised as well (plan.py: spawn), so this holds for one rank per node too. A head-node mpirun or
   mpiexec that exits 128+N names its rank itself; launch's line then adds the outputs' state.
-- Exit code: that of the first rank that failed on its own (128+N when signal N killed it), else
-  128+N when launch itself got stop signal N, else 0.
+- With a stall watch (`--stall-timeout`, zerokit.launch.stall): when no rank has made progress for
+  its timeout, launch gets every rank's stacks, stops the ranks as for a failed rank, and ends with one
+  line naming the stuck rank(s); the ranks' exits on the way are not failures of their own.
+- Exit code: that of the first rank that failed on its own (128+N when signal N killed it), else 124
+  after a stall, else 128+N when launch itself got stop signal N, else 0.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from zerokit.launch.progress import STALL_EXIT_CODE
+from zerokit.launch.stall import StallWatch, Watched
 
 DEFAULT_STOP_GRACE = 15.0  # seconds; under Slurm's default KillWait (30 s)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
@@ -114,6 +120,7 @@ class Rank:
 
     def __init__(self, command: Command) -> None:
         self.label = label(command)
+        self.rank = command.env.get("RANK", "?")
         self.argv = command.argv
         self.is_rank = "RANK" in command.env  # else a head-node launcher (pdsh, mpirun) starting the ranks
         self.process = subprocess.Popen(
@@ -161,9 +168,11 @@ def say(line: str) -> None:
 class Supervisor:
     """Watches the ranks until every one has exited; see the module's docstring for the rules."""
 
-    def __init__(self, ranks: list[Rank], stop_grace: float) -> None:
+    def __init__(self, ranks: list[Rank], stop_grace: float, stall: StallWatch | None = None) -> None:
         self.ranks = ranks  # filled as they start, once the signal handlers are in place
         self.stop_grace = stop_grace
+        self.stall = stall
+        self.stalled: str | None = None  # the line naming the stuck rank(s), once the watch found a stall
         self.received: list[int] = []  # signals to launch, queued by the handler, handled by the loop
         self.stop_signal: int | None = None  # the first stop signal launch got
         self.failure: Rank | None = None  # the first rank that failed on its own
@@ -180,7 +189,11 @@ class Supervisor:
             self._reap()
             if not any(rank.running() for rank in self.ranks):
                 self._report_signal_death()
+                if self.stalled is not None and self.failure is None:
+                    say(self.stalled)
                 return self._exit_code()
+            if self.stall is not None and self.deadline is None and self.stalled is None:
+                self._check_stall(self.stall)
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 self._kill_stragglers()
             time.sleep(POLL_SECONDS)
@@ -203,13 +216,25 @@ class Supervisor:
         self.deadline = time.monotonic() + self.stop_grace
         self.stopped_by = signal_sent
 
+    def _check_stall(self, stall: StallWatch) -> None:
+        """At a stall: the stacks, then the ranks stopped as for a failed rank; the line comes at the end."""
+        idle = stall.idle_for()
+        if idle is None:
+            return
+        running = [rank for rank in self.ranks if rank.running()]
+        say(f"no rank made progress for {idle:.0f} s: asking {len(running)} rank(s) for their stacks, then stopping")
+        self.stalled = stall.report([Watched(r.rank, r.label, r.process.pid) for r in running if r.is_rank], idle)
+        for rank in running:
+            rank.send(signal.SIGTERM)
+        self._arm("SIGTERM")
+
     def _reap(self) -> None:
         for rank in self.ranks:
             if rank in self.exited or rank.running():
                 continue
             self.exited.add(rank)
             returncode = rank.process.returncode
-            if returncode == 0 or rank.killed or self.failure is not None:
+            if returncode == 0 or rank.killed or self.failure is not None or self.stalled is not None:
                 continue
             self.failure = rank
             others = [other for other in self.ranks if other.running()]
@@ -239,6 +264,8 @@ class Supervisor:
     def _exit_code(self) -> int:
         if self.failure is not None:
             return exit_code(self.failure.process.returncode)
+        if self.stalled is not None:
+            return STALL_EXIT_CODE
         return 128 + self.stop_signal if self.stop_signal is not None else 0
 
 
@@ -259,10 +286,14 @@ def death_line(rank: Rank) -> str | None:
     return None
 
 
-def execute_commands(commands: Sequence[Command], stop_grace: float = DEFAULT_STOP_GRACE) -> int:
-    """Run every command at once under a Supervisor; its exit code (see the module's docstring)."""
+def execute_commands(
+    commands: Sequence[Command], stop_grace: float = DEFAULT_STOP_GRACE, stall: StallWatch | None = None
+) -> int:
+    """Run every command at once under a Supervisor; its exit code (see the module's docstring).
+
+    `stall`: the watch whose folder the commands' environment names (zerokit.launch.stall), if any."""
     ranks: list[Rank] = []
-    supervisor = Supervisor(ranks, stop_grace)
+    supervisor = Supervisor(ranks, stop_grace, stall)
     # Before any rank starts. A signal ignored from the start stays ignored (`nohup launch ...`).
     handled = [sig for sig in (*STOP_SIGNALS, *WARNING_SIGNALS) if signal.getsignal(sig) != signal.SIG_IGN]
     previous = {sig: signal.signal(sig, supervisor.on_signal) for sig in handled}

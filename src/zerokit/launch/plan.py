@@ -22,13 +22,16 @@ import socket
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from zerokit.cluster.base import DEFAULT_PORT, ClusterEnvironment, port_from_job_id
 from zerokit.errors import UserError
 from zerokit.healthcheck.command import rank_argv
 from zerokit.launch.config import LaunchConfig
 from zerokit.launch.head import HEAD_LAUNCHERS, HeadJob
-from zerokit.launch.local import Command, execute_commands
+from zerokit.launch.local import Command, execute_commands, output_dir
+from zerokit.launch.progress import TIMEOUT_VARIABLE
+from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT, StallWatch, exec_env, timeout_words
 from zerokit.nic import nic_env
 from zerokit.runtimes import inside
 
@@ -224,6 +227,8 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
     # (--print-command) is the host's mpirun's to run: its ranks must enter the image themselves.
     in_image = inside(environ) is not None and launcher.daemons_reenter_image and not config.print_command
     env = forwarded_env(environ, host_path=not in_image)
+    if config.stall_timeout != DEFAULT_STALL_TIMEOUT:  # the nodes' launches (or ranks) watch with the same
+        env[TIMEOUT_VARIABLE] = f"{config.stall_timeout:g}"
     job = HeadJob(
         hosts=hosts,
         nproc_per_node=nproc,
@@ -281,25 +286,47 @@ def container_prefix(environ: Mapping[str, str]) -> list[str]:
     return runtime.argv(image, gpu=True)
 
 
-def rank_line(plan: Plan, command: Command, hostname: str) -> str:
-    """One line per rank in the job's log: which rank runs where, and how it meets the others."""
+def rank_line(plan: Plan, command: Command, hostname: str, stall_timeout: float = 0.0) -> str:
+    """One line per rank in the job's log: which rank runs where, how it meets the others, its stall timeout."""
     env = command.env
     return (
         f"launch: rank {env['RANK']} of {env['WORLD_SIZE']} on {hostname} (local rank {env['LOCAL_RANK']} of "
         f"{env['LOCAL_WORLD_SIZE']}, node {plan.node_rank} of {plan.nnodes}, {plan.environment}), main "
-        f"{plan.main_address}:{plan.main_port}, interface {plan.ifname or 'default'}"
+        f"{plan.main_address}:{plan.main_port}, interface {plan.ifname or 'default'}, {timeout_words(stall_timeout)}"
     )
 
 
-def execute(plan: Plan, stop_grace: float) -> int:
+def stall_report_folder(command: Command) -> Path:
+    """Where a stall's stacks go: the command's output folder, else launch's working folder (zerokit.launch.stall)."""
+    return Path(output_dir(command.argv) or os.getcwd())
+
+
+def execute(plan: Plan, stop_grace: float, stall_timeout: float = 0.0) -> int:
     """Carry out a plan: become the rank (exec), run and supervise the local ranks (spawn), or run the remote launch.
 
-    `stop_grace`: seconds between a stop signal passed on to the ranks and SIGKILL (local.py)."""
+    `stop_grace`: seconds between a stop signal passed on to the ranks and SIGKILL (local.py). `stall_timeout`:
+    seconds without progress on any rank that end the job, 0 for never (zerokit.launch.stall); in exec mode
+    nothing supervises the rank, which watches itself (zerokit.launch.progress)."""
     if plan.mode != "remote":
         hostname = socket.gethostname()
         for command in plan.commands:
-            print(rank_line(plan, command, hostname), file=sys.stderr, flush=True)
+            print(rank_line(plan, command, hostname, stall_timeout), file=sys.stderr, flush=True)
     if plan.mode == "exec":
         command = plan.commands[0]
-        os.execvpe(command.argv[0], list(command.argv), {**os.environ, **command.env})
-    return execute_commands(plan.commands, stop_grace)
+        watch = exec_env(stall_timeout, stall_report_folder(command), command.env["RANK"])
+        env = {**os.environ, **command.env, TIMEOUT_VARIABLE: "0", **watch}
+        os.execvpe(command.argv[0], list(command.argv), env)
+    if plan.mode == "remote" or stall_timeout <= 0:
+        commands = plan.commands if plan.mode == "remote" else off(plan.commands)
+        return execute_commands(commands, stop_grace)
+    watch = StallWatch(stall_timeout, stall_report_folder(plan.commands[0]))
+    try:
+        commands = tuple(replace(c, env={**c.env, **watch.rank_env()}) for c in plan.commands)
+        return execute_commands(commands, stop_grace, watch)
+    finally:
+        watch.close()
+
+
+def off(commands: tuple[Command, ...]) -> tuple[Command, ...]:
+    """The ranks with their watch off, whatever the environment says (--stall-timeout 0)."""
+    return tuple(replace(c, env={**c.env, TIMEOUT_VARIABLE: "0"}) for c in commands)
