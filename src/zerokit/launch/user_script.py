@@ -22,6 +22,10 @@ the ranks, or the rank stops at once: never N lone trainings.
 
 Only a script that imports transformers, accelerate or deepspeed is set up so; any other (a plain torch
 script that calls init_process_group itself) runs as it is, with the rank's variables.
+
+Under launch's stall watch (zerokit.launch.progress) the rank first reports its progress: a script that
+imports torch (or one of the above) has its torch.distributed collectives and start-up rendezvous watched,
+an HF one its Trainer's steps; and it gives its stacks when launch asks.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pathlib import Path
 
 from zerokit.cluster import detect_environment
 from zerokit.errors import UserError
+from zerokit.launch import progress
 from zerokit.process_end import end_process, exit_status
 
 HF_MODULES = ("transformers", "accelerate", "deepspeed")
@@ -53,11 +58,15 @@ def imported_roots(source: str) -> set[str]:
     return roots
 
 
-def uses_hf(script: Path) -> bool:
+def script_imports(script: Path) -> set[str]:
     try:
-        return bool(imported_roots(script.read_text(encoding="utf-8")) & set(HF_MODULES))
+        return imported_roots(script.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, SyntaxError):
-        return False  # Python itself reports it, as `python script.py` would
+        return set()  # Python itself reports it, as `python script.py` would
+
+
+def uses_hf(script: Path) -> bool:
+    return bool(script_imports(script) & set(HF_MODULES))
 
 
 def rank_variables(environ: MutableMapping[str, str]) -> int:
@@ -142,7 +151,10 @@ def run(argv: Sequence[str], environ: MutableMapping[str, str] = os.environ) -> 
     if not script.is_file():
         raise UserError(f"no such script: {script}: check the path (relative to {os.getcwd()})")
     world_size = rank_variables(environ)
-    if world_size > 1 and uses_hf(script):
+    roots = script_imports(script)
+    hf = bool(roots & set(HF_MODULES))
+    progress.start(environ, collectives=world_size > 1 and bool(roots & {"torch", *HF_MODULES}), trainer_steps=hf)
+    if world_size > 1 and hf:
         join_job(world_size, environ)
     sys.argv = [str(script), *args]
     sys.path[0] = str(script.resolve().parent)  # as `python script.py` has it
@@ -155,7 +167,7 @@ def main(argv: Sequence[str]) -> int:
         run(argv)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return err.exit_code
     except SystemExit as stop:
         return exit_status(stop)
     return 0

@@ -26,10 +26,12 @@ from zerokit.train.options import (
 
 def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     """Build everything and train; called once per rank."""
+    from zerokit.launch import progress
     from zerokit.launch.environment import ensure_rank_env
     from zerokit.startup_marks import mark
 
     ensure_rank_env(os.environ)
+    progress.start(os.environ, collectives=True, trainer_steps=True)  # launch's stall watch, when it asked for one
     warnings.filterwarnings("ignore", category=FutureWarning)
     import torch
     from transformers import HfArgumentParser, TrainingArguments, default_data_collator, set_seed
