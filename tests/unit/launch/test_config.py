@@ -7,6 +7,7 @@ import pytest
 from zerokit.errors import UserError
 from zerokit.launch.config import parse
 from zerokit.launch.local import DEFAULT_STOP_GRACE
+from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
 
 
 def config(argv: list[str], environ: dict[str, str] | None = None):
@@ -24,6 +25,15 @@ def test_stop_grace_from_the_flag_the_variable_or_the_default():
 def test_a_stop_grace_that_is_no_duration_is_refused(value):
     with pytest.raises(UserError, match=r"--stop-grace \(ZEROKIT_STOP_GRACE\)=.* is not a number of seconds"):
         config(["--stop-grace", value])
+
+
+def test_stall_timeout_from_the_flag_the_variable_or_the_default():
+    assert DEFAULT_STALL_TIMEOUT == 15 * 60
+    assert config([]).stall_timeout == DEFAULT_STALL_TIMEOUT
+    assert config([], {"ZEROKIT_STALL_TIMEOUT": "60"}).stall_timeout == 60
+    assert config(["--stall-timeout", "0"], {"ZEROKIT_STALL_TIMEOUT": "60"}).stall_timeout == 0
+    with pytest.raises(UserError, match=r"--stall-timeout \(ZEROKIT_STALL_TIMEOUT\)='soon' is not a number of seconds"):
+        config([], {"ZEROKIT_STALL_TIMEOUT": "soon"})
 
 
 def test_master_address_and_port_from_the_torch_variables_unless_given():
