@@ -17,7 +17,7 @@ DS_WHEEL_STAMP := $(DS_WHEEL_DIR)/.built
 DS_WHEEL_INPUTS := $(DS_WHEEL_DIR).inputs
 LOCK := containers/lock/$(STACK).txt
 STACK_FILE := containers/stacks/$(STACK).toml
-STACK_CMD := PYTHONPATH=src $(PYTHON) -m zerokit.stack $(STACK)
+STACK_CMD := PYTHONPATH=src $(PYTHON) -m zerokit.image.stack $(STACK)
 # Project-local JIT cache: never ~/.cache/torch_extensions, which other environments clobber.
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/build/torch_extensions
 PYTEST_ARGS ?=
@@ -46,13 +46,13 @@ SIF ?= train.sif
 APPTAINER ?= $(firstword $(shell command -v apptainer singularity 2>/dev/null))
 
 # Smoke test of an image (see README): `zerokit smoke` inside it, the GPU passed in; SMOKE_DEVICE=cpu
-# runs the same steps on CPU ranks. RUNTIME: one of src/zerokit/runtimes.py's table, which gives the words
+# runs the same steps on CPU ranks. RUNTIME: one of src/zerokit/image/runtimes.py's table, which gives the words
 # (IMAGE: a Docker tag for docker/podman, a .sif for apptainer/singularity, a directory for charliecloud).
 IMAGE ?= $(TAG)
 RUNTIME ?= docker
 SMOKE_DEVICE ?= gpu
 SMOKE_OUT ?= runs/smoke
-SMOKE_WORDS = DOCKER=$(DOCKER) APPTAINER=$(APPTAINER) $(PYTHON) src/zerokit/runtimes.py argv $(RUNTIME) $(IMAGE) \
+SMOKE_WORDS = DOCKER=$(DOCKER) APPTAINER=$(APPTAINER) $(PYTHON) src/zerokit/image/runtimes.py argv $(RUNTIME) $(IMAGE) \
   $(if $(filter gpu,$(SMOKE_DEVICE)),--gpu) --bind $(abspath $(SMOKE_OUT)) --as-caller
 
 .PHONY: FORCE help sysdeps venv demo test test-gpu gpu-proof gpu-bundle soak lint lock clean image base-image sif sif-extra smoke bench
@@ -68,10 +68,10 @@ sysdeps:  ## install the system packages the environment needs (as root on Debia
 DEV_LOCK ?= containers/lock/dev.txt
 # A site's torch swapped since: its digest is in the wheel's inputs, so the venv is made (facts recorded) anew.
 $(VENV)/.lock-$(STACK): $(LOCK) $(DEV_LOCK) $(if $(filter site,$(STACK)),$(DS_WHEEL_INPUTS)) | sysdeps
-	$(if $(filter site,$(STACK)),PYTHONPATH=src $(PYTHON) -m zerokit.site_torch make-venv $(VENV) --lock $(LOCK),$(PYTHON) -m venv $(VENV))
+	$(if $(filter site,$(STACK)),PYTHONPATH=src $(PYTHON) -m zerokit.image.site_torch make-venv $(VENV) --lock $(LOCK),$(PYTHON) -m venv $(VENV))
 	containers/install-lock $(VPY) $(STACK)
 	$(VPY) -m pip install --quiet --no-deps --require-hashes --no-compile -r $(DEV_LOCK)
-	$(if $(filter site,$(STACK)),PYTHONPATH=src $(VPY) -m zerokit.site_torch check)
+	$(if $(filter site,$(STACK)),PYTHONPATH=src $(VPY) -m zerokit.image.site_torch check)
 	touch $@
 
 # Rewritten only when what the wheel is built from changes (Python, torch, DeepSpeed, the ops and

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from zerokit import outputs
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
+from zerokit.training import outputs
 
 
 def write(path: Path, text: str = "x") -> Path:

@@ -1,4 +1,4 @@
-"""The requeue exit code lives in zerokit.preemption; the job scripts that requeue on it must agree."""
+"""The requeue exit code lives in zerokit.runs.preemption; the job scripts that requeue on it must agree."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tests.conftest import REPO
-from zerokit.preemption import REQUEUE_EXIT_CODE
+from zerokit.runs.preemption import REQUEUE_EXIT_CODE
 
 SCRIPTS = sorted((REPO / "scripts" / "slurm").glob("*.sbatch"))
 

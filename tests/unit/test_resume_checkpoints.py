@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
-from zerokit.checkpoints import (
+from zerokit.foundations.errors import UserError
+from zerokit.training.checkpoints import (
     SIZES_NAME,
     damage,
     needs_universal_load,
@@ -17,8 +18,7 @@ from zerokit.checkpoints import (
     resolve_resume,
     rotate,
 )
-from zerokit.errors import UserError
-from zerokit.outputs import begin
+from zerokit.training.outputs import begin
 
 
 def torch_file(path: Path) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, warn
-from zerokit.paths import HOME
+from zerokit.foundations.paths import HOME
 
 NAME = "user packages"
 

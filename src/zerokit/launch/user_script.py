@@ -35,8 +35,8 @@ from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 
 from zerokit.cluster import detect_environment
-from zerokit.errors import UserError
-from zerokit.process_end import end_process, exit_status
+from zerokit.foundations.errors import UserError
+from zerokit.foundations.process_end import end_process, exit_status
 
 HF_MODULES = ("transformers", "accelerate", "deepspeed")
 USAGE = "usage: python -m zerokit.launch.user_script SCRIPT.py [ARGS]"
@@ -162,4 +162,4 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    end_process(main(sys.argv[1:]))  # not sys.exit: see zerokit.process_end
+    end_process(main(sys.argv[1:]))  # not sys.exit: see zerokit.foundations.process_end

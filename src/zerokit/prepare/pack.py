@@ -13,9 +13,9 @@ import shutil
 import string
 from pathlib import Path
 
-from zerokit.data import PREPARED_NAME, load_raw, resolve_source, tokenize_and_group
-from zerokit.errors import UserError
-from zerokit.outputs import check_writable
+from zerokit.foundations.errors import UserError
+from zerokit.training.data import PREPARED_NAME, load_raw, resolve_source, tokenize_and_group
+from zerokit.training.outputs import check_writable
 
 FORMAT_VERSION = 1
 
