@@ -10,13 +10,14 @@ import argparse
 import json
 import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import environ_defaults
 from zerokit.training.checkpoints import complete_checkpoints, damage
 from zerokit.training.model_source import is_path, require_model_folder, require_tokenizer_folder
-from zerokit.training.outputs import check_writable
+from zerokit.training.outputs import built_beside, check_writable
 
 ADAPTER_CONFIG = "adapter_config.json"
 # A folder with one of these holds a model's weights (or an adapter's) that from_pretrained reads.
@@ -190,22 +191,23 @@ def main(argv: list[str]) -> int:
         raise UserError(f"output {args.output} exists: pick another --output, or pass --overwrite")
     if args.output:
         check_writable(args.output.parent, "--output")
-    texts = generate(
-        args.model,
-        prompts,
-        args.max_new_tokens,
-        args.temperature,
-        args.top_p,
-        args.seed,
-        args.batch_size,
-        args.base,
-    )
-    lines = [
-        json.dumps({"prompt": p, "text": t, "completion": t[len(p) :] if t.startswith(p) else t})
-        for p, t in zip(prompts, texts, strict=True)
-    ]
-    if args.output:
-        args.output.write_text("\n".join(lines) + "\n")
-    else:
-        sys.stdout.write("\n".join(lines) + "\n")
+    with built_beside(args.output, "generate", "--output") if args.output else nullcontext() as partial:
+        texts = generate(
+            args.model,
+            prompts,
+            args.max_new_tokens,
+            args.temperature,
+            args.top_p,
+            args.seed,
+            args.batch_size,
+            args.base,
+        )
+        lines = [
+            json.dumps({"prompt": p, "text": t, "completion": t[len(p) :] if t.startswith(p) else t})
+            for p, t in zip(prompts, texts, strict=True)
+        ]
+        if partial is not None:
+            partial.write_text("\n".join(lines) + "\n")
+        else:
+            sys.stdout.write("\n".join(lines) + "\n")
     return 0

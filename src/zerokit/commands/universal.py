@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
+from zerokit.foundations.files import write_atomically
 from zerokit.foundations.flags import environ_defaults
 from zerokit.training.checkpoints import PREFIX, complete_checkpoints, damage, is_universal
-from zerokit.training.outputs import check_writable
+from zerokit.training.outputs import built_beside, check_writable
 
 
 def convert(checkpoint: Path) -> Path:
@@ -37,15 +37,15 @@ def convert(checkpoint: Path) -> Path:
     target = checkpoint / f"{tag}_universal"
     if is_universal(checkpoint):
         return target
-    if target.exists():  # left by a conversion that did not finish
-        shutil.rmtree(target)
-    command = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal"]
-    command += ["--input_folder", str(checkpoint / tag), "--output_folder", str(target)]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0 or not is_universal(checkpoint):
-        log = checkpoint / "universal-conversion.log"
-        log.write_text(result.stdout + result.stderr)
-        raise UserError(f"ds_to_universal failed on {checkpoint / tag} (exit code {result.returncode}): see {log}")
+    with built_beside(target, "universal", "checkpoint") as partial:  # one conversion at a time, whole or none
+        command = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal"]
+        command += ["--input_folder", str(checkpoint / tag), "--output_folder", str(partial)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0 or not (checkpoint / "latest_universal").is_file():
+            log = checkpoint / "universal-conversion.log"
+            log.write_text(result.stdout + result.stderr)
+            raise UserError(f"ds_to_universal failed on {checkpoint / tag} (exit code {result.returncode}): see {log}")
+    write_atomically(checkpoint / "latest_universal", target.name)  # it named the folder it wrote: partial
     return target
 
 

@@ -162,8 +162,10 @@ def saved_world_size(checkpoint: Path) -> int:
 
 
 def is_universal(checkpoint: Path) -> bool:
-    """Converted by `zerokit universal`: ds_to_universal writes latest_universal when it has finished."""
-    return (checkpoint / "latest_universal").is_file()
+    """Converted by `zerokit universal`: ds_to_universal writes latest_universal, naming the folder it wrote,
+    when it has finished (and that folder is in place)."""
+    latest = checkpoint / "latest_universal"
+    return latest.is_file() and (checkpoint / latest.read_text().strip()).is_dir()
 
 
 def needs_universal_load(checkpoint: Path, world_size: int) -> bool:
@@ -183,10 +185,12 @@ def needs_universal_load(checkpoint: Path, world_size: int) -> bool:
 
 def rotate(output_dir: Path, limit: int | None, best: Path | None = None) -> None:
     """Keep this run's newest `limit` checkpoints, and the best one, as the Trainer's rotation does;
-    foreign checkpoints (an earlier run's) are never touched."""
+    foreign checkpoints (an earlier run's) are never touched, nor is a damaged one: it may hold the only
+    copy of its steps that a user can still rescue (`--resume auto` refuses a run whose checkpoints are
+    all damaged, and names them)."""
     if not limit:
         return
-    ordered = complete_checkpoints(output_dir)[::-1]  # oldest first
+    ordered = [c for c in complete_checkpoints(output_dir)[::-1] if damage(c) is None]  # whole ones, oldest first
     if best in ordered and ordered[-1] != best:
         ordered.remove(best)
         ordered.insert(len(ordered) - 1, best)  # second newest: kept while the limit allows two

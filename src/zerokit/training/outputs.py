@@ -9,11 +9,14 @@ mistaken for this run's (by rotation or by `--resume auto`).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import shutil
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -69,29 +72,111 @@ def written_by_earlier_run(folder: Path, record: OutputRecord | None) -> set[str
 _held_locks: list[TextIO] = []  # open for the life of the process: closing one would release it
 
 
-def hold_lock(folder: Path, command: str) -> None:
-    """An exclusive lock on folder, held while this process lives: a second run into the same folder
-    (a job submitted twice, or ranks that each started alone because a container hid the job's
-    variables from them) fails at once instead of writing over this one. flock: the kernel drops
-    it when the process ends, however it ends, so a requeued job never finds a stale lock."""
-    folder.mkdir(parents=True, exist_ok=True)
-    handle = (folder / LOCK_NAME).open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
+class OutputBusy(UserError):
+    """Another process writes the same output now."""
+
+
+def take_lock(path: Path, command: str, output: Path) -> TextIO:
+    """An exclusive flock on the file path, or OutputBusy naming its holder. flock: the kernel drops it
+    when the process ends, however it ends, so a requeued job never finds a stale lock. A lock file that
+    its last holder removed while this process opened it is opened again, so two holders can never hold
+    two different files of the same name."""
+    while True:
+        handle = path.open("a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise OutputBusy(
+                f"output {'folder ' if output.is_dir() else ''}{output} is being written by another run ({holder}): "
+                "wait for it or pick another output; "
+                "if this is one of a job's ranks, each started alone (e.g. `srun ... apptainer exec "
+                "--cleanenv`), pass the scheduler's variables into the container"
+            ) from None
+        try:
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
         handle.close()
-        raise UserError(
-            f"output folder {folder} is being written by another run ({holder}): wait for it or pick another "
-            "output folder; if this is one of a job's ranks, each started alone (e.g. `srun ... apptainer exec "
-            "--cleanenv`), pass the scheduler's variables into the container"
-        ) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"{command}, pid {os.getpid()} on {socket.gethostname()}\n")
     handle.flush()
-    _held_locks.append(handle)
+    return handle
+
+
+def hold_lock(folder: Path, command: str) -> None:
+    """An exclusive lock on folder, held while this process lives: a second run into the same folder
+    (a job submitted twice, or ranks that each started alone because a container hid the job's
+    variables from them) fails at once instead of writing over this one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _held_locks.append(take_lock(folder / LOCK_NAME, command, folder))
+
+
+def contents(path: Path) -> dict[str, tuple[int, int]] | None:
+    """What path holds, to see whether anyone changed it: {relative path: (size, mtime)}; None if absent."""
+    if not path.exists():
+        return None
+    files = [path] if not path.is_dir() else [path, *sorted(path.rglob("*"))]
+    return {str(f.relative_to(path)): (f.lstat().st_size, f.lstat().st_mtime_ns) for f in files}
+
+
+@contextmanager
+def built_beside(output: Path, command: str, flag: str) -> Iterator[Path]:
+    """Write a new output (a file or a folder) whole, as its only writer, and never lose anything.
+
+    Yields a temporary sibling to build into, while a lock beside the output keeps a second writer out
+    (it fails at once, in one line). At the end the sibling replaces the output in one rename, unless
+    someone changed the output meanwhile (a file put into it is never deleted: the run fails and says
+    where its result is). A full file system ends the run in one line naming it, the partial output
+    removed; any other failure removes the partial output too. The output's prior checks (may it be
+    replaced at all) are the command's, done before.
+    """
+    output.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = output.with_name(f".{output.name}.lock")
+    lock = take_lock(lock_path, command, output)
+    partial = output.with_name(f".{output.name}.partial-{os.getpid()}")
+    before = contents(output)
+    try:
+        try:
+            yield partial
+        except OSError as error:
+            remove(partial)
+            if error.errno == errno.ENOSPC or "No space left on device" in str(error):  # pyarrow's have no errno
+                raise UserError(
+                    f"{command}: no space left on the file system at {mount_point(output.parent)} while writing "
+                    f"{output}: free space there or pick another {flag}; the partial output was removed"
+                ) from None
+            raise
+        except BaseException:
+            remove(partial)
+            raise
+        if contents(output) != before:
+            raise UserError(
+                f"{output} changed while {command} ran, so it was not replaced (nothing was deleted); the new "
+                f"output is {partial}: move it into place yourself, or run again"
+            )
+        if before is None:
+            os.replace(partial, output)
+        else:
+            aside = output.with_name(f".{output.name}.replaced-{os.getpid()}")
+            os.replace(output, aside)
+            os.replace(partial, output)
+            remove(aside)
+    finally:
+        lock_path.unlink(missing_ok=True)  # before closing: a waiting opener then retries on a new file
+        lock.close()
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the file system path is on (what `df` names)."""
+    path = existing_parent(path.resolve())
+    while path != path.parent and path.parent.stat().st_dev == path.stat().st_dev:
+        path = path.parent
+    return path
 
 
 def begin(folder: Path, command: str, *, replace: bool) -> OutputRecord:
