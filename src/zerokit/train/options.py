@@ -14,7 +14,7 @@ from zerokit.training.ds_configs import CONFIGS_DIR, resolve_ds_config
 from zerokit.training.lora import LORA_FORMAT
 
 # Where `train`'s TrainingArguments differ from Hugging Face's, and why; every other field keeps HF's
-# default and meaning. `train --help` and the README list these (a unit test keeps them in step).
+# default and meaning. `train --help` and docs/train.md list these (a unit test keeps them in step).
 HF_DIFFERENCES: tuple[tuple[str, str], ...] = (
     ("--deepspeed", "set from --config (default zero2; --config none trains without DeepSpeed)"),
     ("--output_dir", "--output-dir, default runs/train"),
