@@ -82,6 +82,7 @@ def join_job(world_size: int, environ: MutableMapping[str, str]) -> str:
         backend = "nccl"
     else:
         train_on_cpu()
+        accelerate_on_cpu()
         backend = "gloo"
     if not dist.is_initialized():
         dist.init_process_group(backend=backend)
@@ -109,6 +110,31 @@ def train_on_cpu() -> None:
         post_init(self)
 
     TrainingArguments.__post_init__ = on_cpu
+
+
+def accelerate_on_cpu() -> None:
+    """A script's own Accelerator joins the job on CPU ranks, with DeepSpeed when the script asks for it.
+
+    Without `cpu=True`, accelerate looks for an accelerator, finds none, and sets up no backend: the rank
+    counts as a job of one, and DeepSpeed's batch check fails ("4 != 4 * 1 * 2"); with `cpu=True` it
+    joins the job but drops DeepSpeed. So where accelerate finds no backend, the rank's is gloo
+    (MULTI_CPU), and the rest of accelerate's setup, DeepSpeed's included, runs as on GPU ranks.
+    """
+    try:
+        from accelerate.state import PartialState
+        from accelerate.utils import DistributedType
+    except ImportError:
+        return
+    prepare_backend = PartialState._prepare_backend
+
+    @functools.wraps(prepare_backend)
+    def gloo_when_none(self, cpu: bool = False, sagemaker_dp: bool = False, backend: str | None = None):
+        found, distributed_type = prepare_backend(self, cpu, sagemaker_dp, backend)
+        if found is None:
+            return backend or "gloo", DistributedType.MULTI_CPU
+        return found, distributed_type
+
+    PartialState._prepare_backend = gloo_when_none
 
 
 def check_one_job(world_size: int, cpu: bool) -> None:
