@@ -27,7 +27,10 @@ COPY containers/site-env containers/install-lock containers/build-ds-wheel conta
      containers/system-cuda-home containers/
 COPY containers/stacks/ containers/stacks/
 COPY containers/lock/${STACK}.txt containers/lock/
-COPY src/zerokit/__init__.py src/zerokit/errors.py src/zerokit/paths.py src/zerokit/stack.py src/zerokit/
+COPY src/zerokit/__init__.py src/zerokit/
+COPY src/zerokit/foundations/__init__.py src/zerokit/foundations/errors.py src/zerokit/foundations/paths.py \
+     src/zerokit/foundations/
+COPY src/zerokit/image/__init__.py src/zerokit/image/stack.py src/zerokit/image/
 RUN --mount=type=secret,id=site_ca --mount=type=bind,source=build/wheelhouse,target=/wheelhouse \
     python3 -m venv /opt/venv \
  && containers/site-env containers/install-lock /opt/venv/bin/python "$STACK"
@@ -35,7 +38,7 @@ RUN --mount=type=secret,id=site_ca --mount=type=bind,source=build/wheelhouse,tar
 RUN --mount=type=secret,id=site_ca --mount=type=bind,source=build/wheelhouse,target=/wheelhouse \
     --mount=type=bind,source=build/wheels,target=/prebuilt \
     mkdir -p /tmp/dswheel \
- && prebuilt=/prebuilt/"$STACK"/deepspeed-$(PYTHONPATH=src python3 -m zerokit.stack "$STACK" version deepspeed)-*.whl \
+ && prebuilt=/prebuilt/"$STACK"/deepspeed-$(PYTHONPATH=src python3 -m zerokit.image.stack "$STACK" version deepspeed)-*.whl \
  && if ls $prebuilt >/dev/null 2>&1; then echo "reusing" $prebuilt; cp $prebuilt /tmp/dswheel/; \
     else containers/site-env containers/build-ds-wheel /opt/venv/bin/python "$STACK" /tmp/dswheel; fi \
  && /opt/venv/bin/python -m pip install --no-deps --no-cache-dir --no-compile /tmp/dswheel/deepspeed-*.whl \
@@ -79,25 +82,23 @@ COPY containers/lock/ /opt/zerokit/containers/lock/
 COPY configs/ /opt/zerokit/configs/
 COPY entrypoints/ /usr/local/bin/
 COPY src/ /opt/zerokit/src/
-# bench's overhead comparison runs this plain HF Trainer script beside train.
-COPY tests/bench/plain_hf_trainer.py /opt/zerokit/tests/bench/
 # The hard gate: every op the stack asks for is prebuilt and loads, or the build fails here; then
 # doctor's report of the image as built (/dev/shm left out: a build container gets only 64 MB).
 RUN zerokit ops-gate "$STACK" \
  && { zerokit doctor --strict --json --skip shm > /etc/zerokit/build-report.json \
       || { cat /etc/zerokit/build-report.json; exit 1; }; }
 # What the image knows about itself (zerokit-run.json of every run in it quotes this), and its bill of
-# materials from what is really installed: the venv's metadata and dpkg's database (zerokit.sbom).
+# materials from what is really installed: the venv's metadata and dpkg's database (zerokit.image.sbom).
 ARG BASE_IMAGE
 ARG IMAGE_TAG=
 ARG SOURCE_DATE_EPOCH
 RUN --mount=type=bind,from=sbomtool,source=/opt/sbomtool,target=/opt/sbomtool \
     --mount=type=bind,source=containers/drop-build-stamps,target=/usr/local/sbin/drop-build-stamps \
-    python -m zerokit.image_info write /etc/zerokit/image.json --stack "$STACK" --tag "$IMAGE_TAG" \
+    python -m zerokit.image.image_info write /etc/zerokit/image.json --stack "$STACK" --tag "$IMAGE_TAG" \
       --build-id "$IMAGE_ID" --base-image "$BASE_IMAGE" --source-date-epoch "$SOURCE_DATE_EPOCH" \
  && /opt/sbomtool/venv/bin/cyclonedx-py environment --output-reproducible --sv 1.6 \
       -o /etc/zerokit/sbom.cdx.json /opt/venv/bin/python \
- && python -m zerokit.sbom add-dpkg /etc/zerokit/sbom.cdx.json \
+ && python -m zerokit.image.sbom add-dpkg /etc/zerokit/sbom.cdx.json \
  && drop-build-stamps
 LABEL io.zerokit.sbom=/etc/zerokit/sbom.cdx.json io.zerokit.sbom-format=CycloneDX-1.6-JSON \
       io.zerokit.image-info=/etc/zerokit/image.json

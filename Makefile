@@ -17,7 +17,7 @@ DS_WHEEL_STAMP := $(DS_WHEEL_DIR)/.built
 DS_WHEEL_INPUTS := $(DS_WHEEL_DIR).inputs
 LOCK := containers/lock/$(STACK).txt
 STACK_FILE := containers/stacks/$(STACK).toml
-STACK_CMD := PYTHONPATH=src $(PYTHON) -m zerokit.stack $(STACK)
+STACK_CMD := PYTHONPATH=src $(PYTHON) -m zerokit.image.stack $(STACK)
 # Project-local JIT cache: never ~/.cache/torch_extensions, which other environments clobber.
 export TORCH_EXTENSIONS_DIR := $(CURDIR)/build/torch_extensions
 PYTEST_ARGS ?=
@@ -45,14 +45,14 @@ LOCAL_BASE_IMAGE ?= zerokit/debian:bookworm
 SIF ?= train.sif
 APPTAINER ?= $(firstword $(shell command -v apptainer singularity 2>/dev/null))
 
-# Smoke test of an image (see README): `zerokit smoke` inside it, the GPU passed in; SMOKE_DEVICE=cpu
-# runs the same steps on CPU ranks. RUNTIME: one of src/zerokit/runtimes.py's table, which gives the words
+# Smoke test of an image (see docs/gpu.md): `zerokit smoke` inside it, the GPU passed in; SMOKE_DEVICE=cpu
+# runs the same steps on CPU ranks. RUNTIME: one of src/zerokit/image/runtimes.py's table, which gives the words
 # (IMAGE: a Docker tag for docker/podman, a .sif for apptainer/singularity, a directory for charliecloud).
 IMAGE ?= $(TAG)
 RUNTIME ?= docker
 SMOKE_DEVICE ?= gpu
 SMOKE_OUT ?= runs/smoke
-SMOKE_WORDS = DOCKER=$(DOCKER) APPTAINER=$(APPTAINER) $(PYTHON) src/zerokit/runtimes.py argv $(RUNTIME) $(IMAGE) \
+SMOKE_WORDS = DOCKER=$(DOCKER) APPTAINER=$(APPTAINER) $(PYTHON) src/zerokit/image/runtimes.py argv $(RUNTIME) $(IMAGE) \
   $(if $(filter gpu,$(SMOKE_DEVICE)),--gpu) --bind $(abspath $(SMOKE_OUT)) --as-caller
 
 .PHONY: FORCE help sysdeps venv demo test test-gpu gpu-proof gpu-bundle soak lint lock clean image base-image sif sif-extra smoke bench
@@ -68,10 +68,10 @@ sysdeps:  ## install the system packages the environment needs (as root on Debia
 DEV_LOCK ?= containers/lock/dev.txt
 # A site's torch swapped since: its digest is in the wheel's inputs, so the venv is made (facts recorded) anew.
 $(VENV)/.lock-$(STACK): $(LOCK) $(DEV_LOCK) $(if $(filter site,$(STACK)),$(DS_WHEEL_INPUTS)) | sysdeps
-	$(if $(filter site,$(STACK)),PYTHONPATH=src $(PYTHON) -m zerokit.site_torch make-venv $(VENV) --lock $(LOCK),$(PYTHON) -m venv $(VENV))
+	$(if $(filter site,$(STACK)),PYTHONPATH=src $(PYTHON) -m zerokit.image.site_torch make-venv $(VENV) --lock $(LOCK),$(PYTHON) -m venv $(VENV))
 	containers/install-lock $(VPY) $(STACK)
 	$(VPY) -m pip install --quiet --no-deps --require-hashes --no-compile -r $(DEV_LOCK)
-	$(if $(filter site,$(STACK)),PYTHONPATH=src $(VPY) -m zerokit.site_torch check)
+	$(if $(filter site,$(STACK)),PYTHONPATH=src $(VPY) -m zerokit.image.site_torch check)
 	touch $@
 
 # Rewritten only when what the wheel is built from changes (Python, torch, DeepSpeed, the ops and
@@ -91,7 +91,7 @@ $(DS_WHEEL_STAMP): $(DS_WHEEL_INPUTS) $(DS_WHEEL_SCRIPTS) | $(VENV)/.lock-$(STAC
 
 $(VENV)/.ready-$(STACK): $(DS_WHEEL_STAMP) pyproject.toml
 	$(VPY) -m pip install --quiet --no-deps --force-reinstall --no-compile $(DS_WHEEL_DIR)/deepspeed-*.whl
-	@# Hash-based .pyc, as containers/install-lock writes them: no install-time stamps (README "Reproducible builds").
+	@# Hash-based .pyc, as containers/install-lock writes them: no install-time stamps (docs/reproducible.md).
 	PYTHONHASHSEED=0 $(VPY) -m compileall -q -j 0 --invalidation-mode unchecked-hash \
 	  "$$($(VPY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
 	$(VPY) -m pip install --quiet --no-deps --no-build-isolation -e .
@@ -119,7 +119,7 @@ test: venv  ## run the test suite
 test-gpu: venv  ## the gpu-marked tests, in STACK's environment on a GPU node (make test-gpu STACK=cuda13)
 	ZEROKIT_STACK=$(STACK) $(VPY) -m pytest -m gpu tests/gpu $(PYTEST_ARGS)
 
-# The GPU proof (README "GPU"): on a GPU machine with its own CUDA torch, zerokit's ops built for its GPU and
+# The GPU proof (docs/gpu.md): on a GPU machine with its own CUDA torch, zerokit's ops built for its GPU and
 # proven there, report in build/gpu-proof/. For a machine without a package index, make gpu-bundle here first
 # (GPU_PIP_LIST: the machine's `python3 -m pip list --format json`, so what it has stays out).
 GPU_PYTHON ?= python3
@@ -150,7 +150,7 @@ lock:  ## re-resolve containers/lock/$(STACK).txt from the stack's pins (needs u
 base-image:  ## make $(LOCAL_BASE_IMAGE) with debootstrap, for machines that reach no registry
 	DOCKER=$(DOCKER) containers/make-base-image $(LOCAL_BASE_IMAGE)
 
-# Extra packages (README "Extra packages"): EXTRA=requirements.txt also builds EXTRA_TAG, the image plus
+# Extra packages (docs/extra-packages.md): EXTRA=requirements.txt also builds EXTRA_TAG, the image plus
 # those packages, locked against the stack's pins beside the file (requirements.STACK.lock.txt).
 EXTRA ?=
 EXTRA_TAG ?= $(TAG)-extra
@@ -161,8 +161,8 @@ image:  ## build the Docker image of STACK (reuses build/wheels/STACK from make 
 	DOCKER=$(DOCKER) containers/build-image $(STACK) $(TAG) $(BASE_IMAGE) $(CA_FILE)
 	$(if $(EXTRA),DOCKER=$(DOCKER) UV=$(UV) containers/build-extra-image $(STACK) $(TAG) $(EXTRA) $(EXTRA_TAG) $(CA_FILE))
 
-# Provenance (README "Provenance"): the SBOM that image TAG carries, copied out; and two builds from
-# scratch compared (README "Reproducible builds"; it compiles DeepSpeed's ops twice).
+# Provenance (docs/provenance.md): the SBOM that image TAG carries, copied out; and two builds from
+# scratch compared (docs/reproducible.md; it compiles DeepSpeed's ops twice).
 SBOM_OUT ?= build/sbom/$(STACK).cdx.json
 .PHONY: sbom verify-reproducible
 

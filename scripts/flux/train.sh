@@ -12,7 +12,7 @@
 NODES=${NODES:-2}                                 # = the -N above
 RANKS_PER_NODE=${RANKS_PER_NODE:-4}               # = GPUs per node: one rank each
 GPUS_PER_RANK=${GPUS_PER_RANK:-1}                 # 0 on CPU-only nodes
-CONTAINER=${CONTAINER:-apptainer}                 # apptainer | singularity | docker | none (src/zerokit/runtimes.py)
+CONTAINER=${CONTAINER:-apptainer}                 # apptainer | singularity | docker | none (src/zerokit/image/runtimes.py)
 ZEROKIT_DIR=${ZEROKIT_DIR:-$PWD}                  # the zerokit checkout (scripts/container.sh); Flux runs a copy of this script
 IMAGE=${IMAGE:-$PWD/train.sif}                    # a .sif (apptainer) or an image name (docker)
 TRAIN_ARGS=${TRAIN_ARGS:---config zero3 --output-dir runs/zerokit-$(flux getattr jobid)}

@@ -7,7 +7,7 @@
 # ---- settings -----------------------------------------------------------------------------
 HOSTFILE=${HOSTFILE:-hosts}                       # one host per line
 RANKS_PER_NODE=${RANKS_PER_NODE:-4}               # = GPUs per host
-CONTAINER=${CONTAINER:-apptainer}                 # apptainer | singularity | docker | podman | charliecloud | none (src/zerokit/runtimes.py)
+CONTAINER=${CONTAINER:-apptainer}                 # apptainer | singularity | docker | podman | charliecloud | none (src/zerokit/image/runtimes.py)
 ZEROKIT_DIR=${ZEROKIT_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}  # the zerokit checkout (scripts/container.sh)
 IMAGE=${IMAGE:-$PWD/train.sif}
 TRAIN_ARGS=${TRAIN_ARGS:---config zero3 --output-dir runs/mpirun-$(date +%Y%m%d-%H%M%S)}

@@ -11,7 +11,7 @@
 
 # ---- settings -----------------------------------------------------------------------------
 RANKS_PER_NODE=${RANKS_PER_NODE:-4}               # = GPUs per node
-CONTAINER=${CONTAINER:-singularity}               # apptainer | singularity | docker | podman | charliecloud | none (src/zerokit/runtimes.py)
+CONTAINER=${CONTAINER:-singularity}               # apptainer | singularity | docker | podman | charliecloud | none (src/zerokit/image/runtimes.py)
 ZEROKIT_DIR=${ZEROKIT_DIR:-${SGE_O_WORKDIR:-$PWD}}  # the zerokit checkout (scripts/container.sh)
 IMAGE=${IMAGE:-$PWD/train.sif}
 TRAIN_ARGS=${TRAIN_ARGS:---config zero3 --output-dir runs/zerokit-$JOB_ID}

@@ -11,21 +11,24 @@ import os
 import signal
 import sys
 
-from zerokit.errors import UserError
-from zerokit.process_end import end_process
+from zerokit.foundations.errors import UserError
+from zerokit.foundations.process_end import end_process
 
 # command -> ("module:function" taking argv and returning an exit code, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("zerokit.train.cli:main", "train a causal LM with the HF Trainer and DeepSpeed ZeRO"),
     "launch": ("zerokit.launch.cli:main", "start ranks of train (or any command) locally or across nodes"),
-    "generate": ("zerokit.generate:main", "generate text from a trained model folder"),
-    "demo": ("zerokit.demo:main", "the main job: 2 CPU ranks, ZeRO-3, embedded default, then a sample"),
+    "generate": ("zerokit.commands.generate:main", "generate text from a trained model folder"),
+    "demo": ("zerokit.commands.demo:main", "the main job: 2 CPU ranks, ZeRO-3, embedded default, then a sample"),
     "doctor": ("zerokit.doctor.cli:main", "preflight checks: fail loudly and name the fix"),
     "prepare": ("zerokit.prepare:main", "stage models and data for offline nodes; tokenize once into blocks"),
     "bench": ("zerokit.bench.cli:main", "scaling, start-up and overhead report: report.md, scaling.png, JSON"),
-    "universal": ("zerokit.universal:main", "convert a checkpoint so it resumes on another number of ranks"),
-    "smoke": ("zerokit.smoke:main", "the smoke test of an image: doctor, two ZeRO-3 trainings, generate, a report"),
-    "ops-gate": ("zerokit.ops_gate:main", "fail unless every DeepSpeed op of a stack is prebuilt and loads"),
+    "universal": ("zerokit.commands.universal:main", "convert a checkpoint so it resumes on another number of ranks"),
+    "smoke": (
+        "zerokit.commands.smoke:main",
+        "an image's smoke test: doctor, two ZeRO-3 trainings, generate, a report",
+    ),
+    "ops-gate": ("zerokit.image.ops_gate:main", "fail unless every DeepSpeed op of a stack is prebuilt and loads"),
 }
 
 
@@ -59,4 +62,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    end_process(main())  # not sys.exit: a rank of train could abort at finalization (zerokit.process_end)
+    end_process(main())  # not sys.exit: a rank of train could abort at finalization (zerokit.foundations.process_end)

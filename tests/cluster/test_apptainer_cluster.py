@@ -22,7 +22,7 @@ from tests.cluster.test_launch_cluster import (
     train_args,
 )
 from tests.conftest import logged_losses
-from zerokit.container import PASS_JOB_ENV
+from zerokit.image.container import PASS_JOB_ENV
 
 
 def sif_env(tmp: Path, apptainer: Apptainer, sif: Path, **extra: str) -> dict[str, str]:
@@ -198,7 +198,7 @@ def test_cleanenv_under_srun_never_trains_as_lone_ranks(cluster: Cluster, apptai
     """`srun -n 2 apptainer exec --cleanenv train.sif train`: --cleanenv drops SLURM_*, so each task would look
     like a lone rank 0 of 1 writing the same folder. Inside the SIF the job's variables are in no ancestor's
     environment (srun sets them only on the task, which execs apptainer); what shows is the ancestry,
-    slurmstepd then Apptainer's starter (zerokit.container.hidden_job). Each task refuses in one line naming
+    slurmstepd then Apptainer's starter (zerokit.image.container.hidden_job). Each task refuses in one line naming
     --cleanenv and how to pass the variables; the job ends non-zero and writes no model."""
     tmp = cluster.shared_dir / "sif-cleanenv"
     tmp.mkdir()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from zerokit.stack import load_stack
+from zerokit.image.stack import load_stack
 
 # Compiled with DeepSpeed's cpu_arch()/simd_width() flags. deepspeed_shm_comm is not: it holds
 # AVX-512 kernels behind target("avx512bw") and picks them at run time with __builtin_cpu_supports.

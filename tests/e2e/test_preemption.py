@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO, default_stop_signals, run_zerokit
-from zerokit.checkpoints import newest_complete_checkpoint
-from zerokit.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
+from zerokit.runs.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
+from zerokit.training.checkpoints import newest_complete_checkpoint
 
 STEPS = 30
 

@@ -1,5 +1,5 @@
-"""Users' own HF scripts, unmodified (tests/users: they import nothing of zerokit), under `launch` on 2 CPU
-ranks with ZeRO-3: one job of 2 ranks (each reports world size 2), loss falling. Each run about 20 s.
+"""Users' own HF and accelerate scripts, unmodified (tests/users: they import nothing of zerokit), under
+`launch` on 2 CPU ranks with ZeRO: one job of 2 ranks (each reports world size 2), loss falling. Each run about 20 s.
 
 Measured before zerokit.launch.user_script: with --deepspeed every rank failed in DeepSpeed's batch assertion;
 without --use_cpu each rank trained alone (world size 1) into the same folder.
@@ -25,8 +25,8 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     """The embedded corpus, a tokenizer trained on it, and a tiny GPT-2 config (what a user would download)."""
     from transformers import AutoTokenizer
 
-    from zerokit.embedded import model_config, prepare_embedded
     from zerokit.train.model import fit_to_tokenizer
+    from zerokit.training.embedded import model_config, prepare_embedded
 
     folder = tmp_path_factory.mktemp("user-inputs")
     files, tokenizer = prepare_embedded(folder)
@@ -114,3 +114,25 @@ def test_a_fixed_batch_size_the_ranks_cannot_make_stops_before_they_start(zk_env
         'x 2 rank(s) = 4: set it to "auto", or start 4 ranks'
     ]
     assert "rank 0" not in result.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ"),
+    [
+        (["--zero-stage", "2"], {}),  # a DeepSpeedPlugin in the code
+        (
+            [],
+            {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_CONFIG_FILE": "ds.json"},
+        ),  # as accelerate launch
+    ],
+    ids=["plugin-zero2", "environment-zero3"],
+)
+def test_an_accelerate_loop_trains_with_deepspeed_as_one_job(zk_env, tmp_path, argv, environ):
+    """A user's own Accelerator loop on CPU ranks: before the bootstrap gave accelerate a backend, DeepSpeed's
+    batch check failed (4 != 4 * 1 * 2); with cpu=True, DeepSpeed was dropped."""
+    (tmp_path / "ds.json").write_text(
+        '{"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto"}'
+    )
+    result = launch(["--", "python", str(USERS / "accelerate_loop.py"), *argv], {**zk_env, **environ}, tmp_path)
+    assert_one_job_learning(result, "accelerate_loop")
+    assert "accelerate_loop: deepspeed True" in result.stdout.splitlines(), result.stdout[-2000:]

@@ -96,7 +96,7 @@ def test_prepare_with_a_missing_tokenizer_is_one_line(tmp_path: Path, no_torch_e
 
 def test_prepare_overwrite_never_deletes_a_folder_it_did_not_write(tmp_path: Path, zk_env):
     """Case 2 of issue 13: the corpus lives in the output folder; --overwrite must not delete it."""
-    from zerokit.embedded import prepare_embedded
+    from zerokit.training.embedded import prepare_embedded
 
     _, tokenizer = prepare_embedded(tmp_path / "embedded")
     folder = tmp_path / "corpusdir"

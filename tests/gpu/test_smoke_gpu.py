@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from zerokit.smoke import RUNS, smoke  # noqa: E402
+from zerokit.commands.smoke import RUNS, smoke  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from zerokit.doctor.versions import locked_versions
-from zerokit.sbom import SBOM_PATH, debian_packages, normalize, python_packages
-from zerokit.stack import load_stack
+from zerokit.image.sbom import SBOM_PATH, debian_packages, normalize, python_packages
+from zerokit.image.stack import load_stack
 
 IMAGE = os.environ.get("ZEROKIT_TEST_IMAGE", "")
 DOCKER = os.environ.get("DOCKER", "docker")

@@ -1,4 +1,4 @@
-"""Podman and Charliecloud as runtimes of the table (src/zerokit/runtimes.py), run for real on the cpu
+"""Podman and Charliecloud as runtimes of the table (src/zerokit/image/runtimes.py), run for real on the cpu
 image ($ZEROKIT_TEST_IMAGE, from Docker) with the words the job scripts and `make smoke` get.
 
 Skipped, saying why, without the image, without the runtime (Debian 12: apt-get install podman
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import logged_losses
-from zerokit.runtimes import words_for
+from zerokit.image.runtimes import words_for
 
 IMAGE = os.environ.get("ZEROKIT_TEST_IMAGE", "")
 TRAIN = ["train", "--config", "zero3", "--max_steps", "6", "--logging_steps", "2"]

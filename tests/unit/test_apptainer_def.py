@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from spython.main.parse.parsers import DockerParser, SingularityParser
 
-from zerokit.stack import load_stack
+from zerokit.image.stack import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
 # entrypoints/ssh is a shim for launchers' remote commands (zerokit.launch.remote_shell), not a command of its own.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from zerokit.stack import load_stack
+from zerokit.image.stack import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -123,8 +123,11 @@ def build_image_args(tmp_path: Path, stack: str, base_image: str) -> list[str]:
     tree = tmp_path / "tree"
     shutil.copytree(REPO / "containers/stacks", tree / "containers/stacks")
     shutil.copy2(REPO / "containers/build-image", tree / "containers/build-image")
-    (tree / "src/zerokit").mkdir(parents=True)
-    for name in ("__init__.py", "errors.py", "paths.py", "stack.py"):  # what the Dockerfile copies too
+    for name in (  # what the Dockerfile copies too
+        "__init__.py", "foundations/__init__.py", "foundations/errors.py", "foundations/paths.py",
+        "image/__init__.py", "image/stack.py",
+    ):  # fmt: skip
+        (tree / "src/zerokit" / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / "src/zerokit" / name, tree / "src/zerokit" / name)
     docker = tmp_path / "docker"
     docker.write_text(f'#!/bin/sh\nprintf "%s\\0" "$@" > {tmp_path / "args"}\n')

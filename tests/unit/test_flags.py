@@ -1,4 +1,4 @@
-"""Flags defined once (zerokit.flags): train's options from one dataclass, and ZEROKIT_<FLAG> read by
+"""Flags defined once (zerokit.foundations.flags): train's options from one dataclass, and ZEROKIT_<FLAG> read by
 every command, the command line winning, a bad value refused in one line naming the variable."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 from zerokit.train.cli import parse
 
 

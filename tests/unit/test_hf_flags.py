@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from zerokit.errors import UserError
-from zerokit.hf_flags import check_hf_flags, training_argument_names
+from zerokit.foundations.errors import UserError
+from zerokit.training.hf_flags import check_hf_flags, training_argument_names
 
 
 def test_field_names_come_from_the_installed_transformers():

@@ -1,9 +1,11 @@
-"""The package's layers: no module imports one above it, and no two parts import each other.
+"""The package's layers, read from its folders: no module imports one above it, and no two parts import each other.
 
-A newcomer reads zerokit bottom up: foundations, then facts and file logic (stacks, runtimes,
-schedulers, checkpoints, data), then the services built on them (doctor's checks, the Trainer,
-prepare), then the two engines (launch, the train library), then the commands. Each part is
-named by its module or package; the longest name that matches a module decides its layer.
+A newcomer reads zerokit bottom up: foundations, then facts (what an image holds, where a rank stands in a
+cluster, the files a training run reads and writes), then the services built on them (doctor's checks, the
+health check, prepare, a run's Trainer, preemption and record), then the two engines (launch, the train
+library), then the commands. Each top-level package of src/zerokit/ is in one layer; the command line of
+train (train.cli) is the one module that sits above its package. Every module lives in a package: the top
+level holds only packages, `__init__` and `__main__`.
 """
 
 from __future__ import annotations
@@ -15,23 +17,12 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 LAYERS: list[set[str]] = [
-    {"zerokit", "zerokit.errors", "zerokit.paths", "zerokit.corpus", "zerokit.flags", "zerokit.startup_marks"},
-    {
-        "zerokit.stack", "zerokit.site_torch", "zerokit.runtimes", "zerokit.outputs", "zerokit.checkpoints",
-        "zerokit.model_source", "zerokit.hf_flags", "zerokit.data", "zerokit.embedded", "zerokit.lora", "zerokit.nic",
-        "zerokit.step_clock", "zerokit.hub_cache", "zerokit.cluster", "zerokit.ops_gate", "zerokit.container",
-        "zerokit.sbom", "zerokit.image_info", "zerokit.provenance", "zerokit.ds_configs",
-    },
-    {
-        "zerokit.doctor", "zerokit.offline", "zerokit.trainer", "zerokit.preemption", "zerokit.prepare",
-        "zerokit.healthcheck", "zerokit.run_record",
-    },
+    {"zerokit", "zerokit.foundations"},
+    {"zerokit.image", "zerokit.cluster", "zerokit.training"},
+    {"zerokit.doctor", "zerokit.healthcheck", "zerokit.prepare", "zerokit.runs"},
     {"zerokit.launch", "zerokit.train"},
-    {
-        "zerokit.train.cli", "zerokit.bench", "zerokit.demo", "zerokit.smoke", "zerokit.generate",
-        "zerokit.universal", "zerokit.__main__",
-    },
-]  # fmt: skip
+    {"zerokit.train.cli", "zerokit.bench", "zerokit.commands", "zerokit.__main__"},
+]
 LEVEL = {part: level for level, parts in enumerate(LAYERS) for part in parts}
 
 
@@ -41,9 +32,14 @@ def module_name(path: Path) -> str:
 
 def part_of(module: str) -> str:
     """The longest layered name that module is, or lies in."""
-    candidates = [p for p in LEVEL if module == p or module.startswith(p + ".")]
+    candidates = [p for p in LEVEL if module == p or (p != "zerokit" and module.startswith(p + "."))]
     assert candidates, f"{module} is in no layer: add it to LAYERS in {__file__}"
     return max(candidates, key=len)
+
+
+def imported_name(module: str, name: str) -> str:
+    """What `from module import name` imports: a subpackage of zerokit, or a name in module."""
+    return f"zerokit.{name}" if module == "zerokit" and (SRC / "zerokit" / name).is_dir() else module
 
 
 def imports() -> list[tuple[str, str]]:
@@ -53,7 +49,7 @@ def imports() -> list[tuple[str, str]]:
         importer = module_name(path)
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("zerokit"):
-                names = [f"{node.module}.{a.name}" if node.module == "zerokit" else node.module for a in node.names]
+                names = [imported_name(node.module, a.name) for a in node.names]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names if a.name.startswith("zerokit")]
             else:
@@ -65,6 +61,14 @@ def imports() -> list[tuple[str, str]]:
 def test_every_module_is_in_a_layer():
     for path in (SRC / "zerokit").rglob("*.py"):
         part_of(module_name(path))
+
+
+def test_the_top_level_holds_only_packages():
+    loose = sorted(p.name for p in (SRC / "zerokit").glob("*.py") if p.name not in {"__init__.py", "__main__.py"})
+    assert loose == [], "put each module in the package of its layer"
+    layered = {p.split(".")[1] for p in LEVEL if p.count(".") >= 1} - {"__main__"}
+    packages = {p.name for p in (SRC / "zerokit").iterdir() if (p / "__init__.py").is_file()}
+    assert packages == layered, "every top-level package has its layer in LAYERS"
 
 
 def test_no_module_imports_one_above_it():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from zerokit.errors import UserError
-from zerokit.lora import LoraSpec, count_parameters, default_targets, parse_lora, train_last_layers
+from zerokit.foundations.errors import UserError
 from zerokit.train.cli import parse
+from zerokit.training.lora import LoraSpec, count_parameters, default_targets, parse_lora, train_last_layers
 
 
 def test_parse_lora_defaults_and_targets():

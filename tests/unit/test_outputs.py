@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from zerokit import outputs
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
+from zerokit.training import outputs
 
 
 def write(path: Path, text: str = "x") -> Path:
@@ -72,3 +72,33 @@ def test_a_second_run_into_a_locked_folder_fails_at_once(tmp_path: Path):
         holder.wait()
     outputs.hold_lock(tmp_path, "train")  # released with the process that held it
     assert outputs.entries(tmp_path) == set()  # the lock file is not a run's output
+
+
+def test_an_output_built_beside_replaces_the_old_one_whole(tmp_path: Path):
+    output = write(tmp_path / "blocks" / "data.arrow", "old").parent
+    with outputs.built_beside(output, "prepare tokenize", "--output") as partial:
+        write(partial / "data.arrow", "new")
+        assert (output / "data.arrow").read_text() == "old"  # nobody sees half a result
+    assert (output / "data.arrow").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocks"]  # no lock, partial or old copy left
+
+
+def test_an_output_changed_meanwhile_is_not_replaced_and_nothing_is_lost(tmp_path: Path):
+    output = write(tmp_path / "blocks" / "data.arrow", "old").parent
+    changed = "changed while prepare tokenize ran, so it was not replaced"
+    with (
+        pytest.raises(UserError, match=changed) as caught,
+        outputs.built_beside(output, "prepare tokenize", "--output") as partial,
+    ):
+        write(partial / "data.arrow", "new")
+        write(output / "notes.txt", "mine")  # the user's, put there while the command ran
+    assert (output / "notes.txt").read_text() == "mine" and (output / "data.arrow").read_text() == "old"
+    assert str(partial) in str(caught.value) and (partial / "data.arrow").read_text() == "new"
+
+
+def test_a_failed_build_leaves_nothing_beside_the_output(tmp_path: Path):
+    output = tmp_path / "out.jsonl"
+    with pytest.raises(RuntimeError), outputs.built_beside(output, "generate", "--output") as partial:
+        write(partial, "half")
+        raise RuntimeError("the model failed")
+    assert list(tmp_path.iterdir()) == []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zerokit.stack import SIMD_FOR_TARGET
+from zerokit.image.stack import SIMD_FOR_TARGET
 
 REPO = Path(__file__).resolve().parents[2]
 

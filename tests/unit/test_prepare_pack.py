@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from zerokit.data import PREPARED_NAME, resolve_source
-from zerokit.embedded import prepare_embedded
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 from zerokit.prepare.manifest import MANIFEST_NAME, file_hashes, update_manifest
 from zerokit.prepare.pack import read_prepared, template_fields, tokenize_to_disk
 from zerokit.prepare.stage import check_online
+from zerokit.training.data import PREPARED_NAME, resolve_source
+from zerokit.training.embedded import prepare_embedded
 
 TEMPLATE = "Title: {title}\\nContext: {context}\\nQuestion: {question}\\nAnswer: {answer}"
 ROWS = [

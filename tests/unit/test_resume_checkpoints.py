@@ -8,17 +8,18 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
-from zerokit.checkpoints import (
+from zerokit.foundations.errors import UserError
+from zerokit.training.checkpoints import (
     SIZES_NAME,
     damage,
     needs_universal_load,
     newest_complete_checkpoint,
     publish,
+    record_sizes,
     resolve_resume,
     rotate,
 )
-from zerokit.errors import UserError
-from zerokit.outputs import begin
+from zerokit.training.outputs import begin
 
 
 def torch_file(path: Path) -> Path:
@@ -64,7 +65,8 @@ def test_world_size_mismatch_names_the_ways_on(tmp_path: Path):
     with pytest.raises(UserError, match=ways):
         needs_universal_load(path, 2)
     assert needs_universal_load(checkpoint(tmp_path, "checkpoint-6", ranks=0), 1) is False  # one rng_state.pth
-    (path / "latest_universal").write_text("global_step5_universal")  # converted: any rank count
+    (path / "global_step5_universal").mkdir()  # converted: ds_to_universal names the folder it wrote
+    (path / "latest_universal").write_text("global_step5_universal")  # so: any rank count
     assert needs_universal_load(path, 2) is True and needs_universal_load(path, 4) is False
 
 
@@ -138,3 +140,13 @@ def test_rotation_keeps_the_best_checkpoint_as_the_trainer_does(tmp_path: Path):
     found = [checkpoint(tmp_path, f"checkpoint-{step}") for step in (1, 2, 3, 4)]
     rotate(tmp_path, 1, best=found[1])
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+
+
+def test_rotation_never_removes_a_damaged_checkpoint(tmp_path: Path):
+    """Its steps may exist nowhere else: the user rescues it (or removes it); rotation keeps the newest whole ones."""
+    found = [checkpoint(tmp_path, f"checkpoint-{step}") for step in (1, 2, 3)]
+    for path in found:
+        record_sizes(path)  # as zerokit does before publishing each checkpoint
+    (found[0] / "rng_state_1.pth").unlink()  # e.g. a file lost on a parallel file system
+    rotate(tmp_path, 1)
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-3"]

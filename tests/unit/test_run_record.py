@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from zerokit.checkpoints import SIZES_NAME, damage, record_sizes
 from zerokit.doctor.against import compare, read_run_record
-from zerokit.errors import UserError
-from zerokit.provenance import RECORD_NAME, jsonable, recorded_environment, redacted_argv
-from zerokit.run_record import add_to_sizes, deepspeed_section, resume_chain, write_json
+from zerokit.foundations.errors import UserError
+from zerokit.image.provenance import RECORD_NAME, jsonable, recorded_environment, redacted_argv
+from zerokit.runs.run_record import add_to_sizes, deepspeed_section, resume_chain, write_record
+from zerokit.training.checkpoints import SIZES_NAME, damage, record_sizes
 
 
 def test_the_environment_keeps_what_shapes_a_run_and_never_a_secret():
@@ -40,9 +40,9 @@ def test_a_resumed_run_names_its_checkpoint_then_that_checkpoints_own_chain(tmp_
     newer = tmp_path / "b" / "checkpoint-8"
     older.mkdir(parents=True)
     newer.mkdir(parents=True)
-    write_json(older / RECORD_NAME, {"started_at": "t0", "zerokit": {"commit": "c0"}, "resumed_from": []})
+    write_record(older / RECORD_NAME, {"started_at": "t0", "zerokit": {"commit": "c0"}, "resumed_from": []})
     chain_of_newer = resume_chain(older)
-    write_json(newer / RECORD_NAME, {"started_at": "t1", "zerokit": {"commit": "c1"}, "resumed_from": chain_of_newer})
+    write_record(newer / RECORD_NAME, {"started_at": "t1", "zerokit": {"commit": "c1"}, "resumed_from": chain_of_newer})
     chain = resume_chain(newer)
     assert [(link["checkpoint"], link["step"], link["commit"]) for link in chain] == [
         (str(newer.resolve()), 8, "c1"),
@@ -59,7 +59,7 @@ def test_the_record_added_to_a_published_checkpoint_is_covered_by_its_damage_che
     checkpoint.mkdir()
     (checkpoint / "trainer_state.json").write_text("{}")
     record_sizes(checkpoint)
-    write_json(checkpoint / RECORD_NAME, {"format": "zerokit-run/1"})
+    write_record(checkpoint / RECORD_NAME, {"format": "zerokit-run/1"})
     add_to_sizes(checkpoint, RECORD_NAME)
     assert RECORD_NAME in json.loads((checkpoint / SIZES_NAME).read_text())
     assert damage(checkpoint) is None
@@ -68,7 +68,7 @@ def test_the_record_added_to_a_published_checkpoint_is_covered_by_its_damage_che
 
 
 def facts(**changes) -> dict:
-    """An environment's facts as zerokit.provenance gathers them, with changes."""
+    """An environment's facts as zerokit.image.provenance gathers them, with changes."""
     base = {
         "image": {"kind": "host", "python_prefix": "/opt/venv"},
         "stack": "cpu",
@@ -161,7 +161,7 @@ def test_the_config_given_as_a_long_base64_string_is_read_not_opened():
     import base64
     import json
 
-    from zerokit.run_record import given_config
+    from zerokit.runs.run_record import given_config
 
     config = {"zero_optimization": {"stage": 3}, "padding": "x" * 400, "torch_adam": True}
     encoded = base64.urlsafe_b64encode(json.dumps(config).encode()).decode()

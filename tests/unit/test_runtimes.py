@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zerokit.runtimes import RUNTIMES, inside, runtime_named, words_for
+from zerokit.image.runtimes import RUNTIMES, inside, runtime_named, words_for
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""zerokit.sbom: Debian packages become CycloneDX components with purls, and the readers tell the
+"""zerokit.image.sbom: Debian packages become CycloneDX components with purls, and the readers tell the
 Python packages (every component cyclonedx-py listed, a local wheel's without a purl included) from them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zerokit.sbom import add_dpkg, deb_component, debian_packages, python_packages
+from zerokit.image.sbom import add_dpkg, deb_component, debian_packages, python_packages
 
 
 def test_a_debian_package_gets_a_purl_with_its_arch_and_an_escaped_epoch():

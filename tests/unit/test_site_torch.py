@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from zerokit import site_torch
-from zerokit.site_torch import SiteTorch, SiteTorchError, changes, check_lock, deepspeed_arch_list
-from zerokit.stack import load_stack
+from zerokit.image import site_torch
+from zerokit.image.site_torch import SiteTorch, SiteTorchError, changes, check_lock, deepspeed_arch_list
+from zerokit.image.stack import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from zerokit import smoke
-from zerokit.smoke import RUNS, evaluate, markdown, passed
+from zerokit.commands import smoke
+from zerokit.commands.smoke import RUNS, evaluate, markdown, passed
 
 MIB = 2**20
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from zerokit.stack import SIMD_FOR_TARGET, StackError, load_stack
+from zerokit.image.stack import SIMD_FOR_TARGET, StackError, load_stack
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -187,7 +187,7 @@ def test_cuda_home_defaults_to_wheels_and_refuses_unknown_values(tmp_path: Path)
 
 
 def test_get_prints_the_cuda_home_for_the_build_scripts(capsys):
-    from zerokit.stack import main
+    from zerokit.image.stack import main
 
     assert main(["nvidia-base", "get", "cuda_home"]) == 0
     assert capsys.readouterr().out == "system\n"

@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-from zerokit import outputs
 from zerokit.bench.plan import (
     DATA_SCALES,
     SKIPPABLE,
@@ -19,10 +18,13 @@ from zerokit.bench.plan import (
     common_training_flags,
     plan_runs,
 )
-from zerokit.errors import UserError
-from zerokit.flags import environ_defaults
+from zerokit.foundations.errors import UserError
+from zerokit.foundations.flags import environ_defaults
 from zerokit.launch.config import REMOTE_LAUNCHERS
-from zerokit.paths import PLAIN_SCRIPT
+from zerokit.training import outputs
+
+# The plain HF Trainer script bench compares train with: part of what bench runs, so it ships in the package.
+PLAIN_SCRIPT = Path(__file__).with_name("plain_hf_trainer.py")
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -73,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str]) -> BenchConfig:
-    from zerokit.ds_configs import resolve_ds_config
+    from zerokit.training.ds_configs import resolve_ds_config
 
     cut = argv.index("--") if "--" in argv else len(argv)
     own, train_args = argv[:cut], argv[cut + 1 :]
@@ -115,7 +117,7 @@ def parse(argv: list[str]) -> BenchConfig:
         repeats=args.repeats,
         python=sys.executable,
         jit_python=args.jit_python,
-        plain_script=PLAIN_SCRIPT if PLAIN_SCRIPT.is_file() else None,
+        plain_script=PLAIN_SCRIPT,
         hosts=hosts,
         launcher=args.launcher,
         skip=frozenset(args.skip),
@@ -129,7 +131,7 @@ def parse(argv: list[str]) -> BenchConfig:
 
 
 def checked_configs(text: str) -> list[str]:
-    from zerokit.ds_configs import resolve_ds_config
+    from zerokit.training.ds_configs import resolve_ds_config
 
     names = [name.strip() for name in text.split(",") if name.strip()]
     for name in names:
@@ -149,9 +151,9 @@ def plain_inputs(cfg: BenchConfig) -> PlainInputs | None:
         return PlainInputs(flags, cfg.dataset, cfg.dataset, cfg.block_size)
     from transformers import AutoTokenizer
 
-    from zerokit.embedded import BLOCK_SIZE, model_config, prepare_embedded
     from zerokit.train.model import fit_to_tokenizer
     from zerokit.train.options import EMBEDDED_TRAINING_DEFAULTS
+    from zerokit.training.embedded import BLOCK_SIZE, model_config, prepare_embedded
 
     files, tokenizer_dir = prepare_embedded(cfg.output / "cache" / "embedded")  # where the train runs find it
     config = fit_to_tokenizer(model_config(), AutoTokenizer.from_pretrained(tokenizer_dir))

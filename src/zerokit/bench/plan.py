@@ -4,7 +4,7 @@ The groups: `scaling` (zerokit's train over rank and node counts), `configs` (th
 each DeepSpeed config, and none), `startup` (the same job with a DeepSpeed whose ops are not
 prebuilt, and a fresh extensions cache), `data` (time to first step from raw text against
 `prepare tokenize`d blocks, at 1x and 10x the corpus) and `overhead` (zerokit's train, the same
-without the preemption callback, and the plain HF script in tests/bench/, in turn, several times).
+without the preemption callback, and the plain HF script zerokit.bench.plain_hf_trainer, in turn, several times).
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: D
                 for kind in ("raw", "prepared"):
                     runs.append(data_run(cfg, kind, scale, compare_ranks, data_inputs, round_))
     if "overhead" not in cfg.skip and plain_inputs:
-        from zerokit.preemption import BENCH_WITHOUT_VARIABLE  # imports transformers: not for bench's --help
+        from zerokit.runs.preemption import BENCH_WITHOUT_VARIABLE  # imports transformers: not for bench's --help
 
         without = {BENCH_WITHOUT_VARIABLE: "1"}
         for repeat in range(1, cfg.repeats + 1):  # one round: zerokit, plain, zerokit without the callback

@@ -396,7 +396,7 @@ def overhead_section(overhead: dict | None) -> list[str]:
         "|---|---:|---:|---:|" + ("---:|" if gpu else ""),
         f"| zerokit train | {z['median_samples_per_s']:.1f} | {z['median_tokens_per_s']:.0f} "
         f"| {z['median_time_to_first_step_s']:.2f} |" + (f" {percent(z['mfu'])} |" if gpu else ""),
-        f"| plain script (tests/bench) | {p['median_samples_per_s']:.1f} | {p['median_tokens_per_s']:.0f} "
+        f"| plain HF script | {p['median_samples_per_s']:.1f} | {p['median_tokens_per_s']:.0f} "
         f"| {p['median_time_to_first_step_s']:.2f} |" + (f" {percent(p['mfu'])} |" if gpu else ""),
         f"| **ratio zerokit / plain** | **{t['ratio']:.3f}** ({spread(t)}) | | **{s['ratio']:.3f}** ({spread(s)}) |"
         + (" |" if gpu else ""),

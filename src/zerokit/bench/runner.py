@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from zerokit.bench.plan import Run
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 
 @dataclass(frozen=True)

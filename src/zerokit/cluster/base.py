@@ -17,7 +17,7 @@ from typing import ClassVar
 import hostlist
 
 from zerokit.cluster.tools import Tool
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 # torch's own default, for a job that has no id to derive a port from.
 DEFAULT_PORT = 29500

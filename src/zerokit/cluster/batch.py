@@ -18,7 +18,7 @@ from zerokit.cluster.mpich import MpichEnvironment
 from zerokit.cluster.mvapich import MvapichEnvironment
 from zerokit.cluster.openmpi import OpenMpiEnvironment
 from zerokit.cluster.pmix import PmixEnvironment
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 # The MPI launchers a batch job may run, in the order of detect.ENVIRONMENTS (a test checks it).
 MPI_LAUNCHERS: tuple[type[MpiEnvironment], ...] = (

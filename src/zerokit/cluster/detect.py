@@ -16,7 +16,7 @@ from zerokit.cluster.pmix import PmixEnvironment
 from zerokit.cluster.sge import SgeEnvironment
 from zerokit.cluster.slurm import SlurmEnvironment
 from zerokit.cluster.torchrun import TorchrunEnvironment
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 # The first match wins, so the launcher nearest to this process comes first: a process inherits
 # the variables of every launcher above it, and only the nearest one describes it.

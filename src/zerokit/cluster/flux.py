@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from zerokit.cluster.base import ClusterEnvironment, block_node_rank
 from zerokit.cluster.tools import FLUX
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 VARIABLES: dict[str, tuple[str, ...]] = {
     "rank": ("FLUX_TASK_RANK",),

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from zerokit.cluster.mpi import MpiEnvironment, launched_by
 from zerokit.cluster.tools import MPIRUN
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 VARIABLES: dict[str, tuple[str, ...]] = {"rank": ("PMIX_RANK",)}
 

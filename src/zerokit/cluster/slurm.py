@@ -18,7 +18,7 @@ from functools import cached_property
 
 from zerokit.cluster.base import ClusterEnvironment, nodelist_hosts
 from zerokit.cluster.tools import SRUN
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 VARIABLES: dict[str, tuple[str, ...]] = {
     "rank": ("SLURM_PROCID",),

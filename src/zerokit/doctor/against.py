@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zerokit.ds_configs import bundled
-from zerokit.errors import UserError
-from zerokit.provenance import LOCATION_NAMES, RUN_SET_NAMES, environment_facts, leaves
+from zerokit.foundations.errors import UserError
+from zerokit.image.provenance import LOCATION_NAMES, RUN_SET_NAMES, environment_facts, leaves
+from zerokit.training.ds_configs import bundled
 
 IMAGE_KEYS = ("kind", "stack", "tag", "build_id", "commit", "base_image", "sif_sha256", "python_prefix")
 MISSING = "(none)"

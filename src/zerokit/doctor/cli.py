@@ -15,8 +15,8 @@ from pathlib import Path
 from zerokit.doctor.checks import CHECKS, check_id, run_checks
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import STATUSES, CheckResult
-from zerokit.flags import environ_defaults
-from zerokit.stack import environment_stack, load_stack
+from zerokit.foundations.flags import environ_defaults
+from zerokit.image.stack import environment_stack, load_stack
 
 STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 

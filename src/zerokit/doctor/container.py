@@ -12,10 +12,10 @@ import site
 import sys
 from collections.abc import Sequence
 
-from zerokit.container import hidden_job
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
-from zerokit.runtimes import inside
+from zerokit.image.container import hidden_job
+from zerokit.image.runtimes import inside
 
 # Variables an image must not take from the host; each value names what it would redirect.
 LEAKS = ("PYTHONPATH", "PYTHONHOME", "CUDA_HOME", "LD_LIBRARY_PATH")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from zerokit.stack import Stack
+from zerokit.image.stack import Stack
 
 
 @dataclass(frozen=True)

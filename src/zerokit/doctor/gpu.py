@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
-from zerokit.stack import Stack
+from zerokit.image.stack import Stack
 
 Capability = tuple[int, int]
 

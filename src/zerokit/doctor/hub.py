@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zerokit.data import resolve_source
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
-from zerokit.errors import UserError
-from zerokit.hub_cache import NOT_DATA, TOKENIZER_FILES, cached_snapshot, missing_model_files
+from zerokit.foundations.errors import UserError
+from zerokit.training.data import resolve_source
+from zerokit.training.hub_cache import NOT_DATA, TOKENIZER_FILES, cached_snapshot, missing_model_files
 
 
 def hf_home(ctx: Context) -> Path:

@@ -12,7 +12,7 @@ from zerokit.cluster import ENVIRONMENTS, ClusterEnvironment, detect_environment
 from zerokit.cluster.tools import HEAD_NODE_TOOLS, MPIRUN, PDSH, SSH, Tool
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, skip
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 # Shown whether needed or not: what a user may start ranks with anywhere.
 ALWAYS_SHOWN: tuple[Tool, ...] = (PDSH, SSH, MPIRUN)

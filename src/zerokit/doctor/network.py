@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerokit.cluster.nic import interface_to
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
-from zerokit.errors import UserError
-from zerokit.nic import interface_to
+from zerokit.foundations.errors import UserError
 
 SYS_CLASS_NET = Path("/sys/class/net")
 PROC_ROUTE = Path("/proc/net/route")
@@ -57,7 +57,7 @@ def check_interface(
     ctx: Context, *, net: Path = SYS_CLASS_NET, route: Callable[[str], str] = interface_to
 ) -> list[CheckResult]:
     """The interfaces named by --ifname or the NCCL/gloo variables; else the one `launch` would pick (the route
-    to MASTER_ADDR, via zerokit.nic)."""
+    to MASTER_ADDR, via zerokit.cluster.nic)."""
     present = sorted(p.name for p in net.iterdir()) if net.is_dir() else []
     named = requests(ctx)
     if named:

@@ -1,13 +1,13 @@
 """DeepSpeed ops: every op the stack requires is prebuilt and loads, so no run starts with a JIT compile.
 
-The per-op verdict is `zerokit.ops_gate.check_op`, the same gate the image build runs.
+The per-op verdict is `zerokit.image.ops_gate.check_op`, the same gate the image build runs.
 """
 
 from __future__ import annotations
 
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok
-from zerokit.ops_gate import check_op
+from zerokit.image.ops_gate import check_op
 
 
 def ops_fix(stack_name: str) -> str:

@@ -1,7 +1,7 @@
 """Packages a user added at run time (a PYTHONPATH folder on the shared filesystem) and what they hide.
 
 The quick way to try a package on a cluster is `pip install --target DIR` with the image's Python and
-`PYTHONPATH=DIR` (README "Extra packages"). A package there that the environment also has wins the
+`PYTHONPATH=DIR` (docs/extra-packages.md). A package there that the environment also has wins the
 import and shadows the tested one: at another version it changes behaviour silently (a fail); at the
 same version (pip --target copies dependencies) it only wastes space (a warn).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, warn
-from zerokit.paths import HOME
+from zerokit.foundations.paths import HOME
 
 NAME = "user packages"
 

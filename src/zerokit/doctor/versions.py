@@ -13,8 +13,8 @@ from pathlib import Path
 
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
-from zerokit.paths import EXTRA_LOCK
-from zerokit.stack import Stack
+from zerokit.foundations.paths import EXTRA_LOCK
+from zerokit.image.stack import Stack
 
 # The packages whose drift breaks training most often; one row each. The rest of the lock is one row.
 TRACKED = ("torch", "deepspeed", "transformers", "datasets", "accelerate", "peft")
@@ -120,7 +120,7 @@ def check_site_torch(ctx: Context) -> list[CheckResult]:
     recorded = ctx.stack.site
     if recorded is None:
         return []
-    from zerokit import site_torch
+    from zerokit.image import site_torch
 
     try:
         now = site_torch.probe()

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 DEFAULT_TIMEOUT = 60.0  # seconds: every wait of the check (the rendezvous, each collective) is bounded by it
 DEFAULT_SLOW_FACTOR = 4.0  # a node whose best link is this many times slower than the median node's is named

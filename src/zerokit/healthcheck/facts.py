@@ -7,7 +7,6 @@ where present, nvidia-smi (NVML's command line: driver, clocks, ECC); none of it
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import socket
@@ -18,10 +17,11 @@ from importlib import metadata
 from pathlib import Path
 
 import zerokit
-from zerokit.image_info import read_image_info
-from zerokit.paths import STACKS_DIR
-from zerokit.runtimes import inside
-from zerokit.stack import environment_stack
+from zerokit.foundations.files import sha256_file
+from zerokit.foundations.paths import STACKS_DIR
+from zerokit.image.image_info import read_image_info
+from zerokit.image.runtimes import inside
+from zerokit.image.stack import environment_stack
 
 # Facts every node must share; the others (memory, /dev/shm, clocks) are shown, not compared.
 IDENTITY = (
@@ -86,7 +86,7 @@ def git_commit(folder: Path) -> str:
 
 def file_sha256(path: Path) -> str:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        return sha256_file(path)[:16]
     except OSError:
         return "missing"
 

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 from zerokit.healthcheck import report
 from zerokit.healthcheck.command import CheckOptions, parse_options
 from zerokit.healthcheck.facts import node_facts

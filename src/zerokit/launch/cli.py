@@ -12,13 +12,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from zerokit import startup_marks
+from zerokit.cluster.nic import interface_to
+from zerokit.foundations import startup_marks
 from zerokit.launch.config import parse
 from zerokit.launch.environment import check_port_free, free_port, launch_environment, refuse_hidden_job
 from zerokit.launch.plan import Plan, execute, plan
 from zerokit.launch.preflight import preflight_failures, report, runs_preflight
 from zerokit.launch.program import check_commands
-from zerokit.nic import interface_to
 
 PORT_FIX = "pass a free one with --master-port PORT (or MASTER_PORT), or set neither and launch picks one"
 

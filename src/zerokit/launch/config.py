@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from zerokit.cluster import ENVIRONMENTS
 from zerokit.cluster.base import hostfile_lines_hosts, tcp_port, whole_number
 from zerokit.cluster.detect import NAMES as SCHEDULERS
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckOptions, factor, seconds
 from zerokit.launch.head import HEAD_LAUNCHERS
 from zerokit.launch.local import DEFAULT_STOP_GRACE

@@ -8,7 +8,7 @@ from collections.abc import Mapping, MutableMapping
 from zerokit.cluster import ENVIRONMENTS, ClusterEnvironment
 from zerokit.cluster.base import tcp_port
 from zerokit.cluster.detect import rank_environment
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 
 def free_port() -> int:
@@ -47,7 +47,7 @@ def launch_environment(environ: Mapping[str, str], scheduler: str | None) -> Clu
 
 def refuse_hidden_job(environ: Mapping[str, str]) -> None:
     """A rank whose container hid the job's variables must not run as a lone rank 0 of 1."""
-    from zerokit.container import hidden_job
+    from zerokit.image.container import hidden_job
 
     if found := hidden_job(environ):
         what, fix = found

@@ -25,15 +25,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from zerokit.cluster.base import DEFAULT_PORT, ClusterEnvironment, port_from_job_id
-from zerokit.errors import UserError
+from zerokit.cluster.nic import nic_env
+from zerokit.foundations.errors import UserError
 from zerokit.healthcheck.command import rank_argv
+from zerokit.image.runtimes import inside
 from zerokit.launch.config import LaunchConfig
 from zerokit.launch.head import HEAD_LAUNCHERS, HeadJob
 from zerokit.launch.local import Command, execute_commands, output_dir
 from zerokit.launch.progress import TIMEOUT_VARIABLE
 from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT, StallWatch, exec_env, timeout_words
-from zerokit.nic import nic_env
-from zerokit.runtimes import inside
 
 # Variables the remote launches inherit from the head node (pdsh/ssh gives them a bare login
 # environment). Tokens are left out on purpose: they would show on the remote command line.
@@ -278,7 +278,7 @@ def forwarded_env(environ: Mapping[str, str], host_path: bool = True) -> dict[st
 
 
 def container_prefix(environ: Mapping[str, str]) -> list[str]:
-    """How to re-enter this process's image on another host (zerokit.runtimes), [] outside one."""
+    """How to re-enter this process's image on another host (zerokit.image.runtimes), [] outside one."""
     found = inside(environ)
     if found is None:
         return []

@@ -33,7 +33,7 @@ def preflight_failures(plan: Plan, environ: Mapping[str, str]) -> list[str]:
     from zerokit.doctor.host import check_shm
     from zerokit.doctor.network import check_interface
     from zerokit.doctor.ops import check_ops
-    from zerokit.stack import environment_stack, load_stack
+    from zerokit.image.stack import environment_stack, load_stack
 
     context = Context(
         stack=load_stack(environment_stack(environ)),

@@ -12,7 +12,7 @@ import shlex
 import shutil
 from collections.abc import Mapping, Sequence
 
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 from zerokit.launch.local import Command, flag_value
 
 # `launch -- python script.py`: the interpreters run as zerokit's own, through zerokit.launch.user_script.

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from zerokit.runtimes import inside
+from zerokit.image.runtimes import inside
 
 SSH = "/usr/bin/ssh"
 # ssh's options that take a value (OpenSSH 9, ssh(1)): the first other word is the host.

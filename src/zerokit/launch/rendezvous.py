@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from datetime import timedelta
 
-from zerokit.errors import RunFailure
+from zerokit.foundations.errors import RunFailure
 
 ARRIVED = "zerokit/rendezvous/arrived"
 POLL_SECONDS = 0.2

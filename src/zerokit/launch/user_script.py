@@ -39,9 +39,9 @@ from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 
 from zerokit.cluster import detect_environment
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
+from zerokit.foundations.process_end import end_process, exit_status
 from zerokit.launch import progress
-from zerokit.process_end import end_process, exit_status
 
 HF_MODULES = ("transformers", "accelerate", "deepspeed")
 USAGE = "usage: python -m zerokit.launch.user_script SCRIPT.py [ARGS]"
@@ -91,6 +91,7 @@ def join_job(world_size: int, environ: MutableMapping[str, str]) -> str:
         backend = "nccl"
     else:
         train_on_cpu()
+        accelerate_on_cpu()
         backend = "gloo"
     if not dist.is_initialized():
         dist.init_process_group(backend=backend)
@@ -118,6 +119,31 @@ def train_on_cpu() -> None:
         post_init(self)
 
     TrainingArguments.__post_init__ = on_cpu
+
+
+def accelerate_on_cpu() -> None:
+    """A script's own Accelerator joins the job on CPU ranks, with DeepSpeed when the script asks for it.
+
+    Without `cpu=True`, accelerate looks for an accelerator, finds none, and sets up no backend: the rank
+    counts as a job of one, and DeepSpeed's batch check fails ("4 != 4 * 1 * 2"); with `cpu=True` it
+    joins the job but drops DeepSpeed. So where accelerate finds no backend, the rank's is gloo
+    (MULTI_CPU), and the rest of accelerate's setup, DeepSpeed's included, runs as on GPU ranks.
+    """
+    try:
+        from accelerate.state import PartialState
+        from accelerate.utils import DistributedType
+    except ImportError:
+        return
+    prepare_backend = PartialState._prepare_backend
+
+    @functools.wraps(prepare_backend)
+    def gloo_when_none(self, cpu: bool = False, sagemaker_dp: bool = False, backend: str | None = None):
+        found, distributed_type = prepare_backend(self, cpu, sagemaker_dp, backend)
+        if found is None:
+            return backend or "gloo", DistributedType.MULTI_CPU
+        return found, distributed_type
+
+    PartialState._prepare_backend = gloo_when_none
 
 
 def check_one_job(world_size: int, cpu: bool) -> None:
@@ -174,4 +200,4 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    end_process(main(sys.argv[1:]))  # not sys.exit: see zerokit.process_end
+    end_process(main(sys.argv[1:]))  # not sys.exit: see zerokit.foundations.process_end

@@ -15,8 +15,8 @@ import argparse
 import os
 from pathlib import Path
 
-from zerokit.errors import UserError
-from zerokit.flags import environ_defaults
+from zerokit.foundations.errors import UserError
+from zerokit.foundations.flags import environ_defaults
 
 
 def stage_parser() -> argparse.ArgumentParser:
@@ -94,8 +94,8 @@ def tokenize_main(argv: list[str]) -> int:
         raise UserError(f"--block-size must be positive, got {args.block_size}")
     if args.num_proc < 1:
         raise UserError(f"--num-proc must be at least 1, got {args.num_proc}")
-    from zerokit.model_source import is_path, require_tokenizer_folder
     from zerokit.prepare.pack import check_output, tokenize_to_disk
+    from zerokit.training.model_source import is_path, require_tokenizer_folder
 
     if is_path(args.tokenizer):
         require_tokenizer_folder("--tokenizer", args.tokenizer)

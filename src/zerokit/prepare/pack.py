@@ -8,14 +8,12 @@ and block size so that train can refuse a mismatch.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import string
 from pathlib import Path
 
-from zerokit.data import PREPARED_NAME, load_raw, resolve_source, tokenize_and_group
-from zerokit.errors import UserError
-from zerokit.outputs import check_writable
+from zerokit.foundations.errors import UserError
+from zerokit.training.data import PREPARED_NAME, load_raw, resolve_source, tokenize_and_group
+from zerokit.training.outputs import built_beside, check_writable
 
 FORMAT_VERSION = 1
 
@@ -56,34 +54,31 @@ def tokenize_to_disk(
     seed: int = 42,
     overwrite: bool = False,
 ) -> dict:
-    """Tokenize SOURCE into OUTPUT (written beside it, then renamed); return the recorded metadata."""
+    """Tokenize SOURCE into OUTPUT (built beside it as its only writer, then renamed); return the metadata."""
     check_output(output, overwrite)
-    from transformers import AutoTokenizer
+    with built_beside(output, "prepare tokenize", "--output") as partial:
+        from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
-    block_size = block_size or min(tokenizer.model_max_length, 1024)
-    raw = load_raw(resolve_source(source), validation_split_percentage, seed)
-    if template:
-        raw, text_column = apply_template(raw, decode_escapes(template), num_proc), "text"
-    blocks = tokenize_and_group(raw, tokenizer, text_column, block_size, num_proc=num_proc)
-    info = {
-        "format": FORMAT_VERSION,
-        "source": source,
-        "tokenizer": tokenizer_name,
-        "vocab_size": len(tokenizer),
-        "block_size": block_size,
-        "text_column": text_column,
-        "template": template,
-        "validation_split_percentage": validation_split_percentage,
-        "seed": seed,
-        "blocks": {split: len(data) for split, data in blocks.items()},
-    }
-    partial = output.with_name(f".{output.name}.partial-{os.getpid()}")
-    blocks.save_to_disk(str(partial), num_proc=num_proc)
-    (partial / PREPARED_NAME).write_text(json.dumps(info, indent=2) + "\n")
-    if output.exists():
-        shutil.rmtree(output)
-    os.replace(partial, output)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+        block_size = block_size or min(tokenizer.model_max_length, 1024)
+        raw = load_raw(resolve_source(source), validation_split_percentage, seed)
+        if template:
+            raw, text_column = apply_template(raw, decode_escapes(template), num_proc), "text"
+        blocks = tokenize_and_group(raw, tokenizer, text_column, block_size, num_proc=num_proc)
+        info = {
+            "format": FORMAT_VERSION,
+            "source": source,
+            "tokenizer": tokenizer_name,
+            "vocab_size": len(tokenizer),
+            "block_size": block_size,
+            "text_column": text_column,
+            "template": template,
+            "validation_split_percentage": validation_split_percentage,
+            "seed": seed,
+            "blocks": {split: len(data) for split, data in blocks.items()},
+        }
+        blocks.save_to_disk(str(partial), num_proc=num_proc)
+        (partial / PREPARED_NAME).write_text(json.dumps(info, indent=2) + "\n")
     return info
 
 

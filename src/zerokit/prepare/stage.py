@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 from zerokit.prepare.manifest import MANIFEST_NAME, entry, file_hashes, update_manifest
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 from zerokit.train.model import embedded_cache_dir, pick_block_size
 from zerokit.train.options import TrainOptions
 
 
 def load_datasets(options: TrainOptions, tokenizer, model, args):
     """train/validation blocks: memory-mapped when `prepare tokenize` made them, else tokenized here."""
-    from zerokit.data import resolve_source
+    from zerokit.training.data import resolve_source
 
     if options.dataset and resolve_source(options.dataset).kind == "prepared":
         return load_prepared(options, tokenizer, model, args.process_index)
@@ -20,7 +20,7 @@ def load_datasets(options: TrainOptions, tokenizer, model, args):
     with args.main_process_first(desc="dataset"):
         blocks = tokenize_datasets(options, tokenizer, block_size, args.seed)
     if not options.streaming:
-        from zerokit.data import check_blocks
+        from zerokit.training.data import check_blocks
 
         check_blocks(blocks, options.dataset or "embedded", block_size)
     return blocks
@@ -53,7 +53,7 @@ def load_prepared(options: TrainOptions, tokenizer, model, rank: int):
 
 
 def tokenize_datasets(options: TrainOptions, tokenizer, block_size: int, seed: int):
-    from zerokit.data import DatasetSource, load_raw, resolve_source, stream_blocks, tokenize_and_group
+    from zerokit.training.data import DatasetSource, load_raw, resolve_source, stream_blocks, tokenize_and_group
 
     if options.streaming:
         print(f"zerokit: streaming {options.dataset}: tokenized while training, nothing written", flush=True)
@@ -61,7 +61,7 @@ def tokenize_datasets(options: TrainOptions, tokenizer, block_size: int, seed: i
     if options.dataset:
         raw = load_raw(resolve_source(options.dataset), options.validation_split_percentage, seed)
     else:
-        from zerokit.embedded import prepare_embedded
+        from zerokit.training.embedded import prepare_embedded
 
         files, _ = prepare_embedded(embedded_cache_dir())
         raw = load_raw(

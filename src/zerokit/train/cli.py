@@ -13,12 +13,12 @@ import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
-from zerokit.errors import UserError
-from zerokit.flags import add_flags, from_namespace
-from zerokit.hf_flags import check_hf_flags
-from zerokit.lora import parse_lora
+from zerokit.foundations.errors import UserError
+from zerokit.foundations.flags import add_flags, from_namespace
 from zerokit.train.options import EMBEDDED_DIFFERENCE, HF_DIFFERENCES, TrainOptions
 from zerokit.train.run import train
+from zerokit.training.hf_flags import check_hf_flags
+from zerokit.training.lora import parse_lora
 
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -62,7 +62,7 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[Tra
     if options.from_scratch and not options.model:
         raise UserError("--from-scratch needs --model (whose config is used); or use --model-type")
     if options.dataset:
-        from zerokit.data import check_text_files, resolve_source
+        from zerokit.training.data import check_text_files, resolve_source
 
         check_text_files(resolve_source(options.dataset))  # a missing, empty or binary file fails now
     return options, hf_argv
@@ -81,8 +81,8 @@ def check_fine_tuning(options: TrainOptions) -> None:
 
 def check_hub_inputs(options: TrainOptions) -> None:
     """Offline (the default): Hub names must be in the cache; fail now, in one line, naming `prepare`."""
-    from zerokit import offline
-    from zerokit.model_source import is_path, require_model_folder, require_tokenizer_folder
+    from zerokit.runs import offline
+    from zerokit.training.model_source import is_path, require_model_folder, require_tokenizer_folder
 
     if options.model and is_path(options.model):
         require_model_folder("--model", options.model)
@@ -98,7 +98,7 @@ def check_hub_inputs(options: TrainOptions) -> None:
     if options.tokenizer:
         offline.require_cached_tokenizer(options.tokenizer)
     if options.dataset:
-        from zerokit.data import resolve_source
+        from zerokit.training.data import resolve_source
 
         if resolve_source(options.dataset).kind == "hub":
             offline.require_cached_dataset(options.dataset)
@@ -111,8 +111,8 @@ def check_output_dir(path: Path, overwrite: bool, resume: str | None) -> None:
     checkpoint, or a run that did not finish); a finished run with no checkpoint is not resumed
     but replaced, which needs --overwrite.
     """
-    from zerokit import outputs
-    from zerokit.checkpoints import newest_complete_checkpoint
+    from zerokit.training import outputs
+    from zerokit.training.checkpoints import newest_complete_checkpoint
 
     outputs.check_writable(path, "--output-dir")
     if path.exists() and not path.is_dir():

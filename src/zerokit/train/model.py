@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 from zerokit.train.options import TrainOptions
 
 
@@ -13,7 +13,7 @@ def load_tokenizer(options: TrainOptions):
     from transformers import AutoTokenizer
 
     if options.embedded or (options.model_type and not options.tokenizer):
-        from zerokit.embedded import prepare_embedded
+        from zerokit.training.embedded import prepare_embedded
 
         _, folder = prepare_embedded(embedded_cache_dir())
         return AutoTokenizer.from_pretrained(folder)
@@ -35,7 +35,7 @@ def load_model(options: TrainOptions, tokenizer):
             raise UserError(f"unknown --model-type {options.model_type!r}; e.g. gpt2, llama, mistral, qwen2")
         config = CONFIG_MAPPING[options.model_type]()
     else:
-        from zerokit.embedded import model_config
+        from zerokit.training.embedded import model_config
 
         config = model_config()
     fit_to_tokenizer(config, tokenizer)
@@ -60,7 +60,7 @@ def fit_to_tokenizer(config, tokenizer):
 
 def fine_tuning(options: TrainOptions, model, args):
     """--lora wraps the model in adapters; --train-last-layers freezes the rest; else unchanged."""
-    from zerokit.lora import apply_lora, count_parameters, parse_lora, train_last_layers
+    from zerokit.training.lora import apply_lora, count_parameters, parse_lora, train_last_layers
 
     if options.lora is not None:
         model = apply_lora(model, parse_lora(options.lora))

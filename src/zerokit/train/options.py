@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from zerokit.ds_configs import CONFIGS_DIR, resolve_ds_config
-from zerokit.flags import flag
-from zerokit.lora import LORA_FORMAT
+from zerokit.foundations.flags import flag
+from zerokit.training.ds_configs import CONFIGS_DIR, resolve_ds_config
+from zerokit.training.lora import LORA_FORMAT
 
 # Where `train`'s TrainingArguments differ from Hugging Face's, and why; every other field keeps HF's
-# default and meaning. `train --help` and the README list these (a unit test keeps them in step).
+# default and meaning. `train --help` and docs/train.md list these (a unit test keeps them in step).
 HF_DIFFERENCES: tuple[tuple[str, str], ...] = (
     ("--deepspeed", "set from --config (default zero2; --config none trains without DeepSpeed)"),
     ("--output_dir", "--output-dir, default runs/train"),
@@ -54,7 +54,7 @@ def training_defaults(embedded: bool, training_flags: Sequence[str]) -> dict[str
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """zerokit's own `train` flags, each defined once here (zerokit.flags); the TrainingArguments ones
+    """zerokit's own `train` flags, each defined once here (zerokit.foundations.flags); the TrainingArguments ones
     are kept apart and go to Hugging Face."""
 
     config: str = flag(

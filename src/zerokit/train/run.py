@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from zerokit.errors import RunFailure, UserError
+from zerokit.foundations.errors import RunFailure, UserError
 from zerokit.train.blocks import block_length, load_datasets
 from zerokit.train.model import fine_tuning, load_model, load_tokenizer
 from zerokit.train.options import (
@@ -26,9 +26,9 @@ from zerokit.train.options import (
 
 def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     """Build everything and train; called once per rank."""
+    from zerokit.foundations.startup_marks import mark
     from zerokit.launch import progress
     from zerokit.launch.environment import ensure_rank_env
-    from zerokit.startup_marks import mark
 
     ensure_rank_env(os.environ)
     progress.start(os.environ, collectives=True, trainer_steps=True)  # launch's stall watch, when it asked for one
@@ -37,10 +37,10 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     from transformers import HfArgumentParser, TrainingArguments, default_data_collator, set_seed
     from transformers.trainer_utils import enable_full_determinism
 
-    from zerokit.checkpoints import needs_universal_load, resolve_resume
-    from zerokit.preemption import BENCH_WITHOUT_VARIABLE, PreemptionCallback
-    from zerokit.run_record import RunRecorder
-    from zerokit.trainer import FiniteLossGuard, ZerokitTrainer
+    from zerokit.runs.preemption import BENCH_WITHOUT_VARIABLE, PreemptionCallback
+    from zerokit.runs.run_record import RunRecorder
+    from zerokit.runs.trainer import FiniteLossGuard, ZerokitTrainer
+    from zerokit.training.checkpoints import needs_universal_load, resolve_resume
 
     mark("imports")
     preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
@@ -83,7 +83,7 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     mark("data")
     callbacks = [] if os.environ.get(BENCH_WITHOUT_VARIABLE) == "1" else [preemption]
     if options.timings_dir:
-        from zerokit.step_clock import StepClock
+        from zerokit.training.step_clock import StepClock
 
         callbacks.append(StepClock(options.timings_dir, tokens_per_sample=block_length(datasets["train"])))
     # zerokit-run.json in the output folder and each checkpoint: what this run ran on.
@@ -139,12 +139,12 @@ def train_and_save(options: TrainOptions, trainer, resume, preemption, datasets,
     if options.merge and args.should_save:
         from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
-        from zerokit.lora import merge_adapter
+        from zerokit.training.lora import merge_adapter
 
         unset_hf_deepspeed_config()  # the base is loaded whole, not partitioned by ZeRO-3
         merge_adapter(options.model, str(options.output_dir), str(options.output_dir / "merged"))
     if record is not None:
-        from zerokit import outputs
+        from zerokit.training import outputs
 
         outputs.finish(options.output_dir, record)
     _shutdown_distributed()
@@ -152,7 +152,7 @@ def train_and_save(options: TrainOptions, trainer, resume, preemption, datasets,
 
 
 def claim_output_dir(options: TrainOptions, resume: Path | None, rank: int):
-    """Rank 0 records the run in its output folder (zerokit.outputs), after every rank has checked it.
+    """Rank 0 records the run in its output folder (zerokit.training.outputs), after every rank has checked it.
 
     --overwrite without --resume first removes what an earlier run wrote there (its model, its
     checkpoints), so neither rotation nor a later `--resume auto` mistakes them for this run's.
@@ -160,7 +160,7 @@ def claim_output_dir(options: TrainOptions, resume: Path | None, rank: int):
     """
     import torch.distributed as dist
 
-    from zerokit import outputs
+    from zerokit.training import outputs
 
     record = None
     if rank == 0:
@@ -179,7 +179,7 @@ def check_free_space(output_dir: Path, model, saves_checkpoints: bool) -> None:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     # fp32 weights; a checkpoint adds fp32 weights and Adam's two moments of what is trained.
     needed = 4 * total + (4 * total + 8 * trainable if saves_checkpoints else 0)
-    from zerokit.outputs import existing_parent
+    from zerokit.training.outputs import existing_parent
 
     free = shutil.disk_usage(existing_parent(output_dir)).free
     if free < needed:

@@ -11,7 +11,7 @@ from zerokit.bench.flops import mfu, peak_tflops
 from zerokit.bench.plan import BenchConfig, DataInputs, PlainInputs, plan_runs
 from zerokit.bench.report import config_rows, data_summary, overhead_summary, scaling_rows, startup_summary
 from zerokit.bench.runner import RunResult
-from zerokit.preemption import BENCH_WITHOUT_VARIABLE
+from zerokit.runs.preemption import BENCH_WITHOUT_VARIABLE
 
 
 def config(tmp_path: Path, **changes) -> BenchConfig:
@@ -28,7 +28,7 @@ def config(tmp_path: Path, **changes) -> BenchConfig:
         repeats=2,
         python="/env/bin/python",
         jit_python="/jit/bin/python",
-        plain_script=Path("tests/bench/plain_hf_trainer.py"),
+        plain_script=Path("src/zerokit/bench/plain_hf_trainer.py"),
         hosts=("node1", "node2"),
         launcher="pdsh",
         skip=frozenset(),

@@ -8,7 +8,7 @@ import pytest
 
 from zerokit.cluster import SlurmEnvironment, TorchrunEnvironment, port_from_job_id
 from zerokit.cluster.base import block_node_rank, hostfile_hosts, nodelist_hosts, whole_number
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 TORCHRUN = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "n0"}
 SRUN = {

@@ -26,7 +26,7 @@ from zerokit.cluster.base import ClusterEnvironment
 from zerokit.cluster.batch import MPI_LAUNCHERS
 from zerokit.cluster.detect import NAMES, rank_environment
 from zerokit.cluster.tools import Tool
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 SRUN = {  # task 5 of `srun -N2 --ntasks-per-node=4`
     "SLURM_JOB_ID": "123456",

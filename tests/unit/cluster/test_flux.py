@@ -11,7 +11,7 @@ import pytest
 from tests.unit.cluster.plans import make_plan
 from zerokit.cluster import FluxEnvironment, MpichEnvironment, detect_environment
 from zerokit.cluster.flux import f58_decode
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 from .observe import observed
 

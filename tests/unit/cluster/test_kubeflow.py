@@ -8,7 +8,7 @@ import pytest
 
 from tests.unit.cluster.plans import make_plan
 from zerokit.cluster import KubeflowEnvironment, OpenMpiEnvironment, TorchrunEnvironment, detect_environment
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 from .observe import observed
 

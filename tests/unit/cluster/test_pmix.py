@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from zerokit.cluster import PmixEnvironment
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 PMIX = {"PMIX_RANK": "3", "PMIX_NAMESPACE": "prterun-n1-1234@1", "PMIX_HOSTNAME": "n1"}
 

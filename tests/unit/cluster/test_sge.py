@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from zerokit.cluster import SgeEnvironment
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 from .observe import observed, with_files
 

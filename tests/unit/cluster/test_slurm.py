@@ -6,7 +6,7 @@ import pytest
 
 from zerokit.cluster import SlurmEnvironment
 from zerokit.cluster.slurm import tasks_per_node
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 
 from .observe import observed
 

@@ -14,7 +14,7 @@ import pytest
 
 from zerokit.doctor import Context
 from zerokit.doctor.cli import main
-from zerokit.stack import load_stack
+from zerokit.image.stack import load_stack
 
 REPO = Path(__file__).resolve().parents[3]
 CPU_STACK = REPO / "containers" / "stacks" / "cpu.toml"

@@ -13,7 +13,7 @@ from tests.unit.doctor.conftest import REPO, failures, run_doctor, run_main
 from zerokit.doctor import CHECKS, check_id
 from zerokit.doctor.cli import exit_code, main
 from zerokit.doctor.result import CheckResult
-from zerokit.stack import StackError
+from zerokit.image.stack import StackError
 
 
 def test_healthy_environment_passes_strict_in_well_under_ten_seconds(environ):

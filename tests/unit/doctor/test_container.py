@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.unit.doctor.conftest import context, healthy_environ
-from zerokit.container import hidden_job
 from zerokit.doctor.container import check_container
+from zerokit.image.container import hidden_job
 
 SIF = {"APPTAINER_CONTAINER": "/shared/train.sif"}
 IMAGE_PATH = ["/opt/venv/lib/python3.11/site-packages"]

@@ -98,7 +98,7 @@ def test_low_open_files_limit_warns():
     """Really lowered in a child process, so this one keeps its limits."""
     code = (
         "import resource, json; from zerokit.doctor.host import check_limits; from zerokit.doctor import Context; "
-        "from zerokit.stack import load_stack; "
+        "from zerokit.image.stack import load_stack; "
         "print(json.dumps([r.as_dict() for r in check_limits(Context(load_stack('cpu')))]))"
     )
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

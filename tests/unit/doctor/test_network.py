@@ -69,7 +69,7 @@ def test_an_interface_that_is_down_fails():
     """A fresh network namespace, whose lo exists but is down; sysfs remounted to show that namespace."""
     code = (
         "import json; from zerokit.doctor.network import check_interface; from zerokit.doctor import Context; "
-        "from zerokit.stack import load_stack; "
+        "from zerokit.image.stack import load_stack; "
         "print(json.dumps([r.as_dict() for r in check_interface(Context(load_stack('cpu'), ifname='lo'))]))"
     )
     setup = 'mount -t sysfs sysfs /sys && exec "$@"'

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from zerokit.doctor.context import Context
 from zerokit.doctor.shadows import check_user_packages
-from zerokit.stack import load_stack
+from zerokit.image.stack import load_stack
 
 
 def dist_info(folder: Path, name: str, version: str) -> None:

@@ -49,7 +49,7 @@ def test_python_drift_fails(tmp_path: Path):
 
 
 def test_lock_drift_fails_naming_the_package(tmp_path: Path, monkeypatch):
-    """A lock beside a copied stacks folder (Stack.lock_file is derived from zerokit.stack.STACKS_DIR)."""
+    """A lock beside a copied stacks folder (Stack.lock_file is derived from zerokit.image.stack.STACKS_DIR)."""
     stacks, lock = tmp_path / "stacks", tmp_path / "lock"
     shutil.copytree(CPU_STACK.parent, stacks)
     lock.mkdir()
@@ -57,7 +57,7 @@ def test_lock_drift_fails_naming_the_package(tmp_path: Path, monkeypatch):
     rich = metadata.version("rich")
     assert f"rich=={rich} \\" in real_lock
     (lock / "cpu.txt").write_text(real_lock.replace(f"rich=={rich} \\", "rich==13.0.0 \\"))
-    monkeypatch.setattr("zerokit.stack.STACKS_DIR", stacks)
+    monkeypatch.setattr("zerokit.image.stack.STACKS_DIR", stacks)
     (result,) = check_lock(context())
     assert result.status == "fail"
     assert f"rich {rich} (lock: 13.0.0)" in result.detail and result.detail.startswith("1 of ")
@@ -103,6 +103,6 @@ def test_cpu_torch_on_a_cuda_stack_fails(tmp_path: Path):
 def test_cuda_build_of_torch_is_compared_by_major_minor(built_with: str, status: str):
     """torch says 13.0 where the stack pins the 13.0.3 toolkit (seen building the cuda13 image)."""
     from zerokit.doctor.versions import _cuda_runtime
-    from zerokit.stack import load_stack
+    from zerokit.image.stack import load_stack
 
     assert _cuda_runtime(load_stack("cuda13"), built_with).status == status

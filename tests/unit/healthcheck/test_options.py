@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from zerokit.cluster import detect_environment
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 from zerokit.healthcheck.command import CheckOptions, parse_options, rank_argv
 from zerokit.healthcheck.rendezvous import missing_line
 from zerokit.launch.config import parse

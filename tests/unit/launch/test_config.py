@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 from zerokit.launch.config import parse
 from zerokit.launch.local import DEFAULT_STOP_GRACE
 from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT

@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from zerokit.cluster import SlurmEnvironment
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 from zerokit.launch.environment import check_port_free, ensure_rank_env, launch_environment
 
 SRUN = {"SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2"}

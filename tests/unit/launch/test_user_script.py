@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zerokit.errors import UserError
+from zerokit.foundations.errors import UserError
 from zerokit.launch.config import target_argv
 from zerokit.launch.local import Command
 from zerokit.launch.program import check_batch_size, check_commands

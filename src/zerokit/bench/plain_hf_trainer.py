@@ -1,0 +1,88 @@
+"""A plain HF Trainer + DeepSpeed script, written the way the transformers docs show it: `bench`'s baseline.
+
+    torchrun --nproc-per-node 2 src/zerokit/bench/plain_hf_trainer.py --config_name CONFIG_DIR \
+        --tokenizer_name TOKENIZER --train_file train.txt --validation_file validation.txt \
+        --block_size 64 --deepspeed configs/zero3.json --output_dir out [TrainingArguments flags]
+
+Nothing of zerokit is used except StepClock (`--timings_dir`), the instrument that also times
+zerokit's `train`, so both are measured the same way.
+"""
+
+from dataclasses import dataclass, field
+from itertools import chain
+
+import deepspeed
+import torch
+from datasets import load_dataset
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    HfArgumentParser,
+    Trainer,
+    TrainingArguments,
+    default_data_collator,
+)
+
+
+@dataclass
+class ScriptArguments:
+    tokenizer_name: str
+    train_file: str
+    validation_file: str
+    block_size: int
+    config_name: str | None = field(default=None, metadata={"help": "train from scratch with this config"})
+    model_name_or_path: str | None = field(default=None, metadata={"help": "fine-tune this model"})
+    timings_dir: str | None = None
+
+
+def main() -> None:
+    script, args = HfArgumentParser((ScriptArguments, TrainingArguments)).parse_args_into_dataclasses()
+    # The one line the docs leave out: on CPU, accelerate starts torch.distributed but not
+    # deepspeed.comm, and DeepSpeed then sees one rank ("train_batch_size is not equal to ...").
+    deepspeed.init_distributed()
+    tokenizer = AutoTokenizer.from_pretrained(script.tokenizer_name)
+    if script.model_name_or_path:
+        model = AutoModelForCausalLM.from_pretrained(script.model_name_or_path)
+    else:
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(script.config_name))
+
+    raw = load_dataset("text", data_files={"train": script.train_file, "validation": script.validation_file})
+
+    def tokenize(batch):
+        return tokenizer([line + tokenizer.eos_token for line in batch["text"]])
+
+    def group_texts(examples):
+        joined = {k: list(chain(*examples[k])) for k in examples}
+        total = len(joined["input_ids"]) // script.block_size * script.block_size
+        blocks = {
+            k: [t[i : i + script.block_size] for i in range(0, total, script.block_size)] for k, t in joined.items()
+        }
+        blocks["labels"] = blocks["input_ids"].copy()
+        return blocks
+
+    with args.main_process_first(desc="tokenize"):
+        tokenized = raw.map(tokenize, batched=True, remove_columns=["text"])
+        blocks = tokenized.map(group_texts, batched=True)
+
+    callbacks = []
+    if script.timings_dir:
+        from zerokit.training.step_clock import StepClock
+
+        callbacks.append(StepClock(script.timings_dir, tokens_per_sample=script.block_size))
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=blocks["train"],
+        eval_dataset=blocks["validation"],
+        processing_class=tokenizer,
+        data_collator=default_data_collator,
+        callbacks=callbacks,
+    )
+    trainer.train()
+    trainer.save_model()
+    torch.distributed.destroy_process_group()  # as torch's docs end a distributed script (gloo may abort at exit)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""The hard gate on DeepSpeed's prebuilt ops.
+
+`ds_report` always exits 0, and a DeepSpeed build skips an op it finds incompatible without
+failing. This gate fails, naming the op and why, unless every op the stack requests is in
+`deepspeed.git_version_info.installed_ops` and loads. It never triggers a JIT compile: an op
+that is not installed is reported, not built.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OpStatus:
+    name: str
+    ok: bool
+    detail: str
+
+
+def check_op(name: str) -> OpStatus:
+    from deepspeed.git_version_info import installed_ops
+    from deepspeed.ops.op_builder.all_ops import ALL_OPS
+
+    builder = ALL_OPS.get(name)
+    if builder is None:
+        return OpStatus(name, False, f"DeepSpeed has no op {name!r} for this accelerator")
+    if not installed_ops.get(name, False):
+        why = "" if builder.is_compatible(verbose=False) else f": incompatible here ({_errors(builder)})"
+        return OpStatus(name, False, f"not prebuilt{why}; a run would JIT-compile it")
+    try:
+        builder.load(verbose=False)
+    except Exception as error:  # the op's own import error is the message the user needs
+        if DRIVER_LIBRARY in str(error) and not driver_present():
+            # A GPU image built on a GPU-less machine: everything but the driver was resolved.
+            return OpStatus(name, True, f"prebuilt; needs the NVIDIA driver ({DRIVER_LIBRARY}) to load, absent here")
+        return OpStatus(name, False, f"prebuilt but fails to load: {type(error).__name__}: {error}")
+    return OpStatus(name, True, "prebuilt and loads")
+
+
+DRIVER_LIBRARY = "libcuda.so.1"
+
+
+def driver_present() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL(DRIVER_LIBRARY)
+    except OSError:
+        return False
+    return True
+
+
+def _errors(builder) -> str:
+    return "; ".join(getattr(builder, "error_log", None) or []) or "see ds_report"
+
+
+def check_ops(names: list[str] | tuple[str, ...]) -> list[OpStatus]:
+    return [check_op(name) for name in names]
+
+
+def main(argv: list[str]) -> int:
+    """`zerokit ops-gate STACK`: exit 1 unless every op of the stack is prebuilt and loads."""
+    from zerokit.image.stack import load_stack
+
+    if len(argv) != 1:
+        print("usage: zerokit ops-gate STACK", file=sys.stderr)
+        return 2
+    stack = load_stack(argv[0])
+    # The stack's accelerator, not the one DeepSpeed would guess: on a build machine without a GPU
+    # it guesses CPU, whose builders would JIT-compile the CUDA wheel's host ops instead of loading them.
+    os.environ["DS_ACCELERATOR"] = stack.accelerator
+    statuses = check_ops(stack.ds_ops)
+    for status in statuses:
+        print(f"{'ok  ' if status.ok else 'FAIL'} {status.name}: {status.detail}")
+    failed = [s.name for s in statuses if not s.ok]
+    if failed:
+        print(f"error: DeepSpeed ops not usable: {', '.join(failed)} (see above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,170 @@
+"""zerokit-run.json: what a `train` run ran on, in its output folder and in each of its checkpoints.
+
+RunRecorder is a TrainerCallback. Rank 0 writes the record (atomically: a crash leaves the old one or
+the new one) when the Trainer is built, again once DeepSpeed has started (the config HF resolved, no
+"auto" left), into each checkpoint it saves (listed in the checkpoint's zerokit-checkpoint.json, so the
+damage check covers it), and at the end with the end time. A resumed run's record names the chain of
+checkpoints it came from: the checkpoint it resumed, then that checkpoint's own chain.
+
+The file is written after the output folder is claimed (zerokit.training.outputs), so the folder's record
+counts it as this run's: `--overwrite` removes it with the rest of the run's files.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from zerokit.foundations.files import write_json
+from zerokit.image.provenance import (
+    FORMAT,
+    RECORD_NAME,
+    auto_leaves,
+    environment_facts,
+    jsonable,
+    launcher_facts,
+    leaves,
+    now,
+    redacted_argv,
+    start_environment,
+)
+from zerokit.training.checkpoints import PREFIX, SIZES_NAME
+
+
+def write_record(path: Path, data: dict) -> None:
+    write_json(path, jsonable(data), default=str, allow_nan=False)
+
+
+def read_record(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / RECORD_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def resume_chain(checkpoint: Path | None) -> list[dict]:
+    """The checkpoint resumed from, then the ones its run resumed from (its record's chain)."""
+    if checkpoint is None:
+        return []
+    parent = read_record(checkpoint)
+    link = {"checkpoint": str(checkpoint.resolve()), "step": _step(checkpoint)}
+    if parent is None:
+        return [{**link, "record": None}]  # written by an older zerokit, or by the Trainer alone
+    link.update(run_started_at=parent.get("started_at"), commit=(parent.get("zerokit") or {}).get("commit"))
+    return [link, *parent.get("resumed_from", [])]
+
+
+def _step(checkpoint: Path) -> int | None:
+    number = checkpoint.name.removeprefix(f"{PREFIX}-")
+    return int(number) if number.isdigit() else None
+
+
+def given_config(deepspeed_arg: str | None) -> dict | None:
+    """The DeepSpeed config as handed to HF: a file's path, or zerokit's base64 JSON of a changed copy."""
+    if not deepspeed_arg:
+        return None
+    try:
+        if Path(deepspeed_arg).is_file():
+            return json.loads(Path(deepspeed_arg).read_text())
+    except OSError:  # zerokit's base64 JSON is often longer than a file name may be
+        pass
+    try:
+        return json.loads(base64.urlsafe_b64decode(deepspeed_arg))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def deepspeed_section(name: str | None, path: Path | None, deepspeed_arg: str | None) -> dict | None:
+    """Which config (name as given, file), what zerokit changed in it for this run; `resolved` comes later."""
+    if path is None:
+        return None
+    file_config = json.loads(path.read_text())
+    given = given_config(deepspeed_arg) or file_config
+    file_leaves = leaves(file_config)
+    changes = {k: v for k, v in leaves(given).items() if file_leaves.get(k, object()) != v}
+    return {
+        "name": name,
+        "file": str(path),
+        "given": given,  # as handed to HF: the file with zerokit's changes, "auto" values in
+        "zerokit_changes": changes,
+        "resolved": None,  # as DeepSpeed got it (on_train_begin)
+        "still_auto": None,
+    }
+
+
+class RunRecorder(TrainerCallback):
+    """Writes zerokit-run.json (see the module docstring); only rank 0 writes."""
+
+    def __init__(
+        self,
+        output_dir: Path,
+        *,
+        config_name: str | None,
+        config_file: Path | None,
+        resume: Path | None,
+        rank: int,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.output_dir = output_dir
+        self.rank = rank
+        self.environ = start_environment(environ)
+        self.record: dict = {}
+        self._start = (config_name, config_file, resume)
+
+    def on_init_end(self, args, state, control, **kwargs):
+        if self.rank == 0:
+            config_name, config_file, resume = self._start
+            self.record = {
+                "format": FORMAT,
+                "command": "train",
+                "argv": redacted_argv(sys.argv),
+                "cwd": os.getcwd(),
+                "started_at": now(),
+                "ended_at": None,
+                **environment_facts(self.environ),
+                "launcher": launcher_facts(self.environ),
+                "deepspeed": deepspeed_section(config_name, config_file, args.deepspeed),
+                "resumed_from": resume_chain(resume),
+            }
+            write_record(self.output_dir / RECORD_NAME, self.record)
+        return control
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        """DeepSpeed has started: the config it got is HF's, every "auto" filled in."""
+        hf_config = getattr(args, "hf_deepspeed_config", None)
+        if self.rank == 0 and self.record.get("deepspeed") and hf_config is not None:
+            resolved = jsonable(json.loads(json.dumps(hf_config.config, default=str)))
+            self.record["deepspeed"].update(resolved=resolved, still_auto=auto_leaves(resolved))
+            write_record(self.output_dir / RECORD_NAME, self.record)
+        return control
+
+    def on_save(self, args, state, control, **kwargs):
+        checkpoint = Path(args.output_dir) / f"{PREFIX}-{state.global_step}"
+        if self.rank == 0 and checkpoint.is_dir():
+            record = {**self.record, "checkpoint": {"step": state.global_step, "saved_at": now()}}
+            write_record(checkpoint / RECORD_NAME, record)
+            add_to_sizes(checkpoint, RECORD_NAME)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.rank == 0 and self.record:
+            self.record.update(ended_at=now(), final_step=state.global_step)
+            write_record(self.output_dir / RECORD_NAME, self.record)
+        return control
+
+
+def add_to_sizes(checkpoint: Path, name: str) -> None:
+    """List a file added after publishing in the checkpoint's size record (zerokit.training.checkpoints.damage)."""
+    sizes_path = checkpoint / SIZES_NAME
+    if not sizes_path.is_file():
+        return
+    sizes = json.loads(sizes_path.read_text())
+    sizes[name] = (checkpoint / name).stat().st_size
+    write_json(sizes_path, sizes, indent=1, sort_keys=False)

@@ -1,0 +1,171 @@
+"""Datasets for causal-LM training: find the source, load it, tokenize, group into blocks (as run_clm does)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+
+from zerokit.foundations.errors import UserError
+
+TEXT_SUFFIXES = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv"}
+PREPARED_NAME = "zerokit-prepared.json"  # marks a folder written by `prepare tokenize`
+SOURCE_HELP = "a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder, or a Hub dataset name"
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """Where the text comes from: a loader name and its files, a save_to_disk folder, or a Hub name."""
+
+    kind: str  # "files", "disk", "prepared" (written by `prepare tokenize`) or "hub"
+    location: str
+    loader: str = ""
+    data_files: tuple[str, ...] = ()
+
+
+def looks_like_path(name: str) -> bool:
+    return name.startswith(("/", "./", "../", "~")) or Path(name).suffix in TEXT_SUFFIXES or Path(name).exists()
+
+
+def resolve_source(name: str) -> DatasetSource:
+    """Decide how to load `--dataset NAME`; a path that does not exist is an error, not a Hub lookup."""
+    if not looks_like_path(name):
+        return DatasetSource(kind="hub", location=name)
+    path = Path(name).expanduser()
+    if not path.exists():
+        raise UserError(f"dataset not found: {path} (give {SOURCE_HELP})")
+    if path.is_file():
+        loader = TEXT_SUFFIXES.get(path.suffix)
+        if loader is None:
+            raise UserError(f"dataset {path}: unknown file type {path.suffix!r} (give {SOURCE_HELP})")
+        return DatasetSource(kind="files", location=str(path), loader=loader, data_files=(str(path),))
+    if (path / PREPARED_NAME).is_file():
+        return DatasetSource(kind="prepared", location=str(path))
+    if (path / "dataset_dict.json").is_file() or (path / "dataset_info.json").is_file():
+        return DatasetSource(kind="disk", location=str(path))
+    texts = sorted(str(p) for p in path.rglob("*.txt"))
+    if not texts:
+        raise UserError(
+            f"dataset folder {path} has no .txt files and is not a save_to_disk folder (give {SOURCE_HELP})"
+        )
+    return DatasetSource(kind="files", location=str(path), loader="text", data_files=tuple(texts))
+
+
+def check_text_files(source: DatasetSource, sample_bytes: int = 1 << 16) -> None:
+    """Local text files must hold text: an empty or binary file fails now, in one line, not as
+    "num_samples=0" or a decode error in every rank."""
+    if source.kind != "files" or not source.data_files:
+        return
+    if all(Path(f).stat().st_size == 0 for f in source.data_files):
+        raise UserError(f"dataset {source.location} is empty: give a file with text in it")
+    for file in source.data_files:
+        with open(file, "rb") as handle:
+            head = handle.read(sample_bytes)
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if error.start < len(head) - 3:  # not a character cut at the end of the sample
+                raise UserError(
+                    f"dataset {file} is not UTF-8 text (byte {error.start}): give a text file, or convert it"
+                ) from None
+        if b"\0" in head:
+            raise UserError(f"dataset {file} holds NUL bytes: it is binary, not text; give a text file")
+
+
+def check_blocks(blocks, source: str, block_size: int) -> None:
+    """At least one training block: a corpus shorter than one block trains nothing."""
+    if len(blocks["train"]) == 0:
+        raise UserError(
+            f"dataset {source} has fewer tokens than one block of {block_size} after the validation split: "
+            "give more text, or a smaller --block-size"
+        )
+
+
+def load_raw(source: DatasetSource, validation_percent: int, seed: int, splits: dict[str, str] | None = None):
+    """Load the text as a DatasetDict with "train" and "validation" (split off train if there is none)."""
+    import datasets
+
+    if splits:  # explicit split files (the embedded corpus)
+        raw = datasets.load_dataset("text", data_files=splits)
+    elif source.kind in ("disk", "prepared"):
+        raw = datasets.load_from_disk(source.location)
+    elif source.kind == "hub":
+        raw = datasets.load_dataset(source.location)
+    else:
+        try:
+            raw = datasets.load_dataset(source.loader, data_files={"train": list(source.data_files)})
+        except datasets.exceptions.DatasetGenerationError as error:
+            cause = error.__cause__ or error
+            raise UserError(
+                f"dataset {source.location} cannot be read as {source.loader} ({type(cause).__name__}: "
+                f"{str(cause).splitlines()[0][:200]}): fix the file, or give it the suffix of its format"
+            ) from None
+    if isinstance(raw, datasets.Dataset):
+        raw = datasets.DatasetDict(train=raw)
+    if "validation" not in raw:
+        try:
+            parts = raw["train"].train_test_split(test_size=validation_percent / 100, seed=seed)
+        except ValueError:
+            raise UserError(
+                f"dataset {source.location} has {len(raw['train'])} rows, too few to hold out "
+                f"{validation_percent}% for validation: give more text (or one with a validation split)"
+            ) from None
+        raw = datasets.DatasetDict(train=parts["train"], validation=parts["test"])
+    return raw
+
+
+def tokenize_and_group(raw, tokenizer, text_column: str, block_size: int, num_proc: int | None = None):
+    """Tokenize every line (EOS appended), concatenate, cut into block_size chunks with labels = inputs.
+
+    Tokenizing runs in num_proc processes; grouping (cheap) in one, so the blocks do not depend on
+    num_proc: `prepare tokenize` with 8 processes gives the blocks train makes itself.
+    """
+    columns = check_text_column(raw["train"].column_names, text_column)
+    tokenize, group = block_functions(tokenizer, text_column, block_size)
+    tokenized = raw.map(tokenize, batched=True, remove_columns=columns, num_proc=num_proc, desc="tokenizing")
+    return tokenized.map(group, batched=True, desc=f"grouping into blocks of {block_size}")
+
+
+def stream_blocks(source: DatasetSource, tokenizer, text_column: str, block_size: int) -> dict:
+    """`--streaming`: read, tokenize and group lazily while training, for corpora larger than disk or memory.
+
+    Nothing is written and no eval split is held out: "validation" is None unless the source has one.
+    """
+    import datasets
+
+    if source.kind in ("disk", "prepared"):
+        raise UserError(f"--streaming is for text files and Hub datasets, not {source.location}: drop --streaming")
+    if source.kind == "hub":
+        raw = datasets.load_dataset(source.location, streaming=True)
+    else:
+        raw = datasets.load_dataset(source.loader, data_files={"train": list(source.data_files)}, streaming=True)
+    tokenize, group = block_functions(tokenizer, text_column, block_size)
+    streams = {"validation": None}
+    for split in ("train", "validation"):
+        if split in raw:
+            columns = check_text_column(raw[split].column_names or list(next(iter(raw[split]))), text_column)
+            streams[split] = raw[split].map(tokenize, batched=True, remove_columns=columns).map(group, batched=True)
+    return streams
+
+
+def check_text_column(columns: list[str], text_column: str) -> list[str]:
+    if text_column not in columns:
+        raise UserError(f"dataset has no column {text_column!r}; it has {columns}: pass --text-column NAME")
+    return columns
+
+
+def block_functions(tokenizer, text_column: str, block_size: int):
+    """The two batched map functions: tokenize (EOS appended), group into blocks with labels."""
+
+    def tokenize(batch):
+        texts = [t + tokenizer.eos_token for t in batch[text_column] if t and t.strip()]
+        return tokenizer(texts)
+
+    def group(batch):
+        joined = {k: list(chain.from_iterable(batch[k])) for k in batch}
+        total = (len(joined["input_ids"]) // block_size) * block_size
+        blocks = {k: [v[i : i + block_size] for i in range(0, total, block_size)] for k, v in joined.items()}
+        blocks["labels"] = [ids.copy() for ids in blocks["input_ids"]]
+        return blocks
+
+    return tokenize, group

@@ -1,0 +1,41 @@
+"""DeepSpeed configs by name: a JSON file's path, or one bundled in configs/ (zero2, zero3, zero3-offload).
+
+The one lookup `train`, `bench` and `doctor --against` share, so a name means the same file to each.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from zerokit.foundations.errors import UserError
+from zerokit.foundations.paths import CONFIGS_DIR
+
+__all__ = ["CONFIGS_DIR", "bundled", "resolve_ds_config"]
+
+
+def bundled(name: str) -> Path:
+    """Where configs/ would hold a bundled config of this name (zero3 -> configs/zero3.json)."""
+    return CONFIGS_DIR / (name if name.endswith(".json") else f"{name}.json")
+
+
+def resolve_ds_config(name: str) -> Path | None:
+    """A path, or the name of a bundled config; checked to be JSON with a zero_optimization stage."""
+    if name == "none":
+        return None
+    path = Path(name)
+    if not path.exists() and not path.is_absolute() and bundled(name).exists():
+        path = bundled(name)
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in CONFIGS_DIR.glob("*.json")))
+        raise UserError(f"DeepSpeed config not found: {name} (give a JSON file or one of: {known})")
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise UserError(
+            f"DeepSpeed config {path} is not valid JSON (line {error.lineno}: {error.msg}); "
+            "fix the file or pick a bundled one (--config zero2|zero3|zero3-offload)"
+        ) from None
+    if not isinstance(config, dict):
+        raise UserError(f"DeepSpeed config {path} must be a JSON object with a zero_optimization section")
+    return path.resolve()
