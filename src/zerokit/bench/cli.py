@@ -201,6 +201,7 @@ def main(argv: list[str]) -> int:
     from zerokit.bench.runner import execute
 
     cfg = parse(argv)
+    outputs.hold_lock(cfg.output, "bench")  # one bench per folder: a second fails at once, naming this one
     record = outputs.begin(cfg.output, "bench", replace=True)  # an earlier report goes, other files stay
     inputs = plain_inputs(cfg)
     data, prepare_seconds = data_inputs(cfg, inputs)
