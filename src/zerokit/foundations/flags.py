@@ -31,6 +31,7 @@ TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 NOT_FROM_ENV = "zerokit_not_from_env"  # set on an argparse action that opted out
 ALSO_FROM = "zerokit_also_from"  # variables an action reads after its ZEROKIT_<FLAG>
 CHECKED = "zerokit_checked"  # its text is parsed by the flag's check, after argparse
+OPTIONS_OF = "zerokit_options"  # set on a command's parser: the options dataclass it was made from
 EPILOG = "Every flag can also be set as ZEROKIT_<FLAG> (e.g. --foo-bar: ZEROKIT_FOO_BAR)."
 
 
@@ -99,7 +100,13 @@ def command_parser(options: type, environ: Mapping[str, str], **parser_kwargs: A
     # allow_abbrev off: a prefix (--nproc 2) is an unknown flag, not silently another one
     parser = argparse.ArgumentParser(allow_abbrev=False, **parser_kwargs)
     add_flags(parser, options, environ)
+    setattr(parser, OPTIONS_OF, options)
     return parser
+
+
+def options_of(parser: argparse.ArgumentParser) -> type:
+    """The options dataclass that command_parser made parser from."""
+    return getattr(parser, OPTIONS_OF)
 
 
 def add_flags(parser: argparse.ArgumentParser, options: type, environ: Mapping[str, str]) -> None:
@@ -129,11 +136,6 @@ def from_namespace(options: type[T], namespace: argparse.Namespace) -> T:
             value = None if blank else check(label(field), value)
         values[field.name] = value
     return options(**values)
-
-
-def parse_flags(options: type[T], argv: list[str], environ: Mapping[str, str], **parser_kwargs: Any) -> T:
-    """argv (and environ) parsed into options, by command_parser(options, environ, **parser_kwargs)."""
-    return from_namespace(options, command_parser(options, environ, **parser_kwargs).parse_args(argv))
 
 
 def variable(action: argparse.Action) -> str | None:

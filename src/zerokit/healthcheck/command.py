@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from zerokit.foundations.flags import flag, parse_flags
+from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.foundations.values import factor, seconds
 
 DEFAULT_TIMEOUT = 60.0  # seconds: every wait of the check (the rendezvous, each collective) is bounded by it
@@ -50,8 +50,12 @@ class RankFlags:
     target: list[str] = flag("target", nargs=argparse.REMAINDER, help=None)
 
 
+def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
+    return command_parser(RankFlags, environ, prog=f"python -m {MODULE}", epilog=argparse.SUPPRESS)
+
+
 def parse_options(argv: Sequence[str]) -> CheckOptions:
-    flags = parse_flags(RankFlags, list(argv), os.environ, prog=f"python -m {MODULE}", epilog=argparse.SUPPRESS)
+    flags = from_namespace(RankFlags, build_parser().parse_args(list(argv)))
     target = list(flags.target)
     if target and target[0] == "--":
         target = target[1:]

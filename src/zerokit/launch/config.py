@@ -29,18 +29,20 @@ ZEROKIT_TARGETS = ("train", "generate", "bench", "doctor")
 PORT_FIX = "give a free TCP port, or set none of --master-port, ZEROKIT_MASTER_PORT and MASTER_PORT"
 
 
-def _launcher(name: str, text: str) -> str:
+def launcher_name(name: str, text: str) -> str:
     """A launcher's name; argparse checks the choices of a flag, this those of its variable."""
     if text not in LAUNCHERS:
         raise UserError(f"ZEROKIT_LAUNCHER={text!r} is not a launcher: use one of {', '.join(LAUNCHERS)}")
     return text
 
 
-def _address(name: str, text: str) -> str:
+def address(name: str, text: str) -> str:
+    """A host name or address, trimmed."""
     return text.strip()
 
 
-def _port(name: str, text: str) -> int:
+def main_port(name: str, text: str) -> int:
+    """The rendezvous port."""
     return tcp_port(name, text, PORT_FIX)
 
 
@@ -58,7 +60,7 @@ class LaunchFlags:
         "--launcher",
         choices=LAUNCHERS,
         default="auto",
-        check=_launcher,
+        check=launcher_name,
         help="auto: this process is a rank or a node, as detected; pdsh/mpirun: start all nodes from this head "
         f"node; {'/'.join(SCHEDULERS)}: as auto, but refuse to start unless that scheduler started this process",
     )
@@ -71,13 +73,13 @@ class LaunchFlags:
     master_addr: str | None = flag(
         "--master-addr",
         also_env=("MASTER_ADDR",),
-        check=_address,
+        check=address,
         help="main address (default: MASTER_ADDR, else the first host, else 127.0.0.1)",
     )
     master_port: int | None = flag(
         "--master-port",
         also_env=("MASTER_PORT",),
-        check=_port,
+        check=main_port,
         help="main port (default: MASTER_PORT, else derived from the job id, else a free one)",
     )
     stop_grace: float = flag(
