@@ -1,4 +1,6 @@
-"""`launch`'s arguments, validated into one frozen config (every flag also has an environment variable)."""
+"""`launch`'s flags, each defined once in LaunchFlags (every one also read from ZEROKIT_<FLAG>), validated
+together into one frozen LaunchConfig, which the plan is made from (flags -> config -> plan, as torchrun's).
+A new flag is one `flag(...)` field in LaunchFlags, and where `validate` passes it on."""
 
 from __future__ import annotations
 
@@ -24,8 +26,6 @@ REMOTE_LAUNCHERS = tuple(HEAD_LAUNCHERS)
 LAUNCHERS = ("auto", *REMOTE_LAUNCHERS, *SCHEDULERS)
 # Commands that run as `python -m zerokit <name>` when named without `--`.
 ZEROKIT_TARGETS = ("train", "generate", "bench", "doctor")
-
-
 PORT_FIX = "give a free TCP port, or set none of --master-port, ZEROKIT_MASTER_PORT and MASTER_PORT"
 
 
