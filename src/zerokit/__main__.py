@@ -31,6 +31,23 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ops-gate": ("zerokit.image.ops_gate:main", "fail unless every DeepSpeed op of a stack is prebuilt and loads"),
 }
 
+# command -> the functions ("module:function", taking the environment) that make its parsers, each from one
+# options dataclass whose fields are its flags, each defined once (zerokit.foundations.flags). prepare has
+# two: staging, and `prepare tokenize`. healthcheck is no command but launch --check's rank program.
+PARSERS: dict[str, tuple[str, ...]] = {
+    "train": ("zerokit.train.cli:build_parser",),
+    "launch": ("zerokit.launch.config:build_parser",),
+    "generate": ("zerokit.commands.generate:build_parser",),
+    "demo": ("zerokit.commands.demo:build_parser",),
+    "doctor": ("zerokit.doctor.cli:build_parser",),
+    "prepare": ("zerokit.prepare:stage_parser", "zerokit.prepare:tokenize_parser"),
+    "bench": ("zerokit.bench.cli:build_parser",),
+    "universal": ("zerokit.commands.universal:build_parser",),
+    "smoke": ("zerokit.commands.smoke:build_parser",),
+    "ops-gate": (),  # no flags: one argument, the stack (a step of the image builds, `zerokit ops-gate STACK`)
+    "healthcheck": ("zerokit.healthcheck.command:build_parser",),
+}
+
 
 def usage() -> str:
     lines = ["usage: zerokit <command> [args...]", "", "commands:"]

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from zerokit.bench.plan import (
@@ -19,7 +21,8 @@ from zerokit.bench.plan import (
     plan_runs,
 )
 from zerokit.foundations.errors import UserError
-from zerokit.foundations.flags import environ_defaults
+from zerokit.foundations.flags import command_parser, flag, from_namespace
+from zerokit.foundations.values import int_list
 from zerokit.launch.config import REMOTE_LAUNCHERS
 from zerokit.training import outputs
 
@@ -27,51 +30,66 @@ from zerokit.training import outputs
 PLAIN_SCRIPT = Path(__file__).with_name("plain_hf_trainer.py")
 
 
-def int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, e.g. 1,2,4; got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected counts of at least 1, got {text!r}")
-    return values
+@dataclass(frozen=True)
+class BenchFlags:
+    """`bench`'s flags, each defined once here (zerokit.foundations.flags); `parse` makes the BenchConfig."""
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        allow_abbrev=False,
-        prog="bench",
-        description="Time train over rank and node counts, against JIT-compiled ops and against a plain HF "
-        "Trainer script; writes report.md, scaling.png and results.json. Flags after -- go to both scripts "
-        "as TrainingArguments (e.g. -- --bf16 true).",
+    output: Path = flag("--output", type=Path, default=Path("runs/bench"), help="report folder (default: runs/bench)")
+    overwrite: bool = flag(
+        "--overwrite",
+        default=False,
+        action="store_true",
+        help="replace an earlier report in --output (other files there are kept)",
     )
-    add = parser.add_argument
-    add("--output", type=Path, default=Path("runs/bench"), help="report folder (default: runs/bench)")
-    add("--overwrite", action="store_true", help="replace an earlier report in --output (other files there are kept)")
-    add("--ranks", type=int_list, default=(1, 2), help="ranks per node, comma-separated (default: 1,2)")
-    add("--nodes", type=int_list, default=(1,), help="node counts, comma-separated; above 1 needs --hostfile")
-    add("--hostfile", help="hosts for multi-node runs, one per line; started over --launcher")
-    add("--launcher", choices=REMOTE_LAUNCHERS, default="pdsh", help="how launch reaches the other nodes")
-    add("--config", default="zero3", help="DeepSpeed config: a file or a bundled name (default: zero3)")
-    add(
+    ranks: tuple[int, ...] = flag(
+        "--ranks", type=int_list, default=(1, 2), help="ranks per node, comma-separated (default: 1,2)"
+    )
+    nodes: tuple[int, ...] = flag(
+        "--nodes", type=int_list, default=(1,), help="node counts, comma-separated; above 1 needs --hostfile"
+    )
+    hostfile: str | None = flag("--hostfile", help="hosts for multi-node runs, one per line; started over --launcher")
+    launcher: str = flag(
+        "--launcher", choices=REMOTE_LAUNCHERS, default="pdsh", help="how launch reaches the other nodes"
+    )
+    config: str = flag("--config", default="zero3", help="DeepSpeed config: a file or a bundled name (default: zero3)")
+    configs: str = flag(
         "--configs",
         default="zero2,zero3,zero3-offload,none",
         help="configs compared on one node at the largest --ranks, comma-separated; none: no DeepSpeed "
         "(default: zero2,zero3,zero3-offload,none)",
     )
-    add("--steps", type=int, default=40, help="optimizer steps per run (default: 40)")
-    add("--warmup-steps", type=int, default=5, help="steps after the first left out of throughput (default: 5)")
-    add("--eval-steps", type=int, default=20, help="evaluate every N steps (default: 20)")
-    add("--batch-size", type=int, default=16, help="samples per rank per step (default: 16)")
-    add("--repeats", type=int, default=5, help="rounds of the overhead comparison (default: 5)")
-    add("--peak-tflops", type=float, help="peak TFLOPS per device for MFU (default: a table of GPUs; none on CPU)")
-    add("--jit-python", help="python of an environment whose DeepSpeed has no prebuilt ops (make bench makes one)")
-    add("--skip", action="append", choices=SKIPPABLE, default=[], help="leave out a comparison (repeatable)")
-    add("--model", help="model to train (default: the embedded tiny GPT-2)")
-    add("--dataset", help="text file to train on (default: the embedded corpus)")
-    add("--block-size", type=int, help="tokens per sample (needed with --model for the overhead comparison)")
-    environ_defaults(parser, os.environ)
-    return parser
+    steps: int = flag("--steps", type=int, default=40, help="optimizer steps per run (default: 40)")
+    warmup_steps: int = flag(
+        "--warmup-steps", type=int, default=5, help="steps after the first left out of throughput (default: 5)"
+    )
+    eval_steps: int = flag("--eval-steps", type=int, default=20, help="evaluate every N steps (default: 20)")
+    batch_size: int = flag("--batch-size", type=int, default=16, help="samples per rank per step (default: 16)")
+    repeats: int = flag("--repeats", type=int, default=5, help="rounds of the overhead comparison (default: 5)")
+    peak_tflops: float | None = flag(
+        "--peak-tflops", type=float, help="peak TFLOPS per device for MFU (default: a table of GPUs; none on CPU)"
+    )
+    jit_python: str | None = flag(
+        "--jit-python", help="python of an environment whose DeepSpeed has no prebuilt ops (make bench makes one)"
+    )
+    skip: list[str] = flag(
+        "--skip", action="append", choices=SKIPPABLE, default=[], help="leave out a comparison (repeatable)"
+    )
+    model: str | None = flag("--model", help="model to train (default: the embedded tiny GPT-2)")
+    dataset: str | None = flag("--dataset", help="text file to train on (default: the embedded corpus)")
+    block_size: int | None = flag(
+        "--block-size", type=int, help="tokens per sample (needed with --model for the overhead comparison)"
+    )
+
+
+def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
+    return command_parser(
+        BenchFlags,
+        environ,
+        prog="bench",
+        description="Time train over rank and node counts, against JIT-compiled ops and against a plain HF "
+        "Trainer script; writes report.md, scaling.png and results.json. Flags after -- go to both scripts "
+        "as TrainingArguments (e.g. -- --bf16 true).",
+    )
 
 
 def parse(argv: list[str]) -> BenchConfig:
@@ -79,7 +97,7 @@ def parse(argv: list[str]) -> BenchConfig:
 
     cut = argv.index("--") if "--" in argv else len(argv)
     own, train_args = argv[:cut], argv[cut + 1 :]
-    args = build_parser().parse_args(own)
+    args = from_namespace(BenchFlags, build_parser().parse_args(own))
     outputs.check_writable(args.output, "--output")
     if outputs.entries(args.output) and not args.overwrite:
         raise UserError(f"{args.output} exists: pass --overwrite to replace an earlier report there, or --output DIR")

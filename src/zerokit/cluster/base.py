@@ -18,6 +18,7 @@ import hostlist
 
 from zerokit.cluster.tools import Tool
 from zerokit.foundations.errors import UserError
+from zerokit.foundations.values import tcp_port, whole_number
 
 # torch's own default, for a job that has no id to derive a port from.
 DEFAULT_PORT = 29500
@@ -26,29 +27,12 @@ DEFAULT_PORT = 29500
 PORT_BASE = 20000
 PORT_SPAN = 12000
 
-_WHOLE_NUMBER = re.compile(r"[0-9]+")
-
 
 def port_from_job_id(job_id: str | None) -> int:
     """The rendezvous port of a job: the same on every rank, and different for two jobs on one node
     unless their ids (digits only) are a multiple of PORT_SPAN apart."""
     digits = re.sub(r"[^0-9]", "", job_id or "")
     return PORT_BASE + int(digits) % PORT_SPAN if digits else DEFAULT_PORT
-
-
-def whole_number(name: str, value: str, fix: str) -> int:
-    """`value` of variable `name` as an int >= 0; the error names the variable and ends with `fix`."""
-    if not _WHOLE_NUMBER.fullmatch(value.strip()):
-        raise UserError(f"{name}={value!r} is not a whole number: {fix}")
-    return int(value)
-
-
-def tcp_port(name: str, value: str, fix: str) -> int:
-    """`value` of `name` (a variable or flag) as a TCP port, 1-65535; the error ends with `fix`."""
-    port = whole_number(name, value, fix)
-    if not 1 <= port <= 65535:
-        raise UserError(f"{name}={port} is not a TCP port (1-65535): {fix}")
-    return port
 
 
 def unique(hosts: Iterable[str]) -> tuple[str, ...]:

@@ -10,24 +10,32 @@ import argparse
 import json
 import math
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from zerokit.foundations.flags import environ_defaults
+from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.training.corpus import SAMPLE_PROMPTS
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="demo", description=__doc__)
-    parser.add_argument("--output", type=Path, default=Path("runs/demo"))
-    parser.add_argument("--nproc-per-node", type=int, default=2)
-    parser.add_argument("--config", default="zero3")
-    parser.add_argument("--max-steps", type=int, default=300)
-    parser.add_argument("--overwrite", action="store_true", help="replace the results of an earlier demo")
-    environ_defaults(parser, os.environ)
-    return parser
+@dataclass(frozen=True)
+class DemoOptions:
+    """`demo`'s flags, each defined once here (zerokit.foundations.flags)."""
+
+    output: Path = flag("--output", type=Path, default=Path("runs/demo"), help=None)
+    nproc_per_node: int = flag("--nproc-per-node", type=int, default=2, help=None)
+    config: str = flag("--config", default="zero3", help=None)
+    max_steps: int = flag("--max-steps", type=int, default=300, help=None)
+    overwrite: bool = flag(
+        "--overwrite", default=False, action="store_true", help="replace the results of an earlier demo"
+    )
 
 
-def train_argv(args: argparse.Namespace) -> list[str]:
+def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
+    return command_parser(DemoOptions, environ, prog="demo", description=__doc__)
+
+
+def train_argv(args: DemoOptions) -> list[str]:
     argv = [
         "--config",
         args.config,
@@ -54,7 +62,7 @@ def first_eval_perplexity(output: Path) -> float:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = from_namespace(DemoOptions, build_parser().parse_args(argv))
     from zerokit.train.cli import main as train_main
 
     code = train_main(train_argv(args))

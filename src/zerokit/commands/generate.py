@@ -10,11 +10,13 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Mapping
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
-from zerokit.foundations.flags import environ_defaults
+from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.training.checkpoints import complete_checkpoints, damage
 from zerokit.training.model_source import is_path, require_model_folder, require_tokenizer_folder
 from zerokit.training.outputs import built_beside, check_writable
@@ -77,24 +79,31 @@ def consolidated_model(folder: Path):
     return model
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="generate", description=__doc__)
-    add = parser.add_argument
-    add("model", help="a folder written by train (a model, or a LoRA adapter), or a Hub id")
-    add("--base", help="base model of a LoRA adapter folder (default: the one recorded in adapter_config.json)")
-    add("--prompt", action="append", default=[], help="a prompt; repeat for several")
-    add("--prompts-file", type=Path, help="one prompt per line")
-    add("--jsonl", type=Path, help="prompts from jsonl rows: the `prompt` field, or --template filled from each row")
-    add("--template", help='with --jsonl: e.g. "Question: {question}\\nAnswer:"')
-    add("--max-new-tokens", type=int, default=24)
-    add("--temperature", type=float, default=0.0, help="0 means greedy")
-    add("--top-p", type=float, default=1.0)
-    add("--seed", type=int, default=0)
-    add("--batch-size", type=int, default=8, help="prompts per generate call")
-    add("--output", type=Path, help="write jsonl here (default: print to stdout)")
-    add("--overwrite", action="store_true", help="replace an existing --output file")
-    environ_defaults(parser, os.environ)
-    return parser
+@dataclass(frozen=True)
+class GenerateOptions:
+    """`generate`'s flags, each defined once here (zerokit.foundations.flags)."""
+
+    model: str = flag("model", help="a folder written by train (a model, or a LoRA adapter), or a Hub id")
+    base: str | None = flag(
+        "--base", help="base model of a LoRA adapter folder (default: the one recorded in adapter_config.json)"
+    )
+    prompt: list[str] = flag("--prompt", action="append", default=[], help="a prompt; repeat for several")
+    prompts_file: Path | None = flag("--prompts-file", type=Path, help="one prompt per line")
+    jsonl: Path | None = flag(
+        "--jsonl", type=Path, help="prompts from jsonl rows: the `prompt` field, or --template filled from each row"
+    )
+    template: str | None = flag("--template", help='with --jsonl: e.g. "Question: {question}\\nAnswer:"')
+    max_new_tokens: int = flag("--max-new-tokens", type=int, default=24, help=None)
+    temperature: float = flag("--temperature", type=float, default=0.0, help="0 means greedy")
+    top_p: float = flag("--top-p", type=float, default=1.0, help=None)
+    seed: int = flag("--seed", type=int, default=0, help=None)
+    batch_size: int = flag("--batch-size", type=int, default=8, help="prompts per generate call")
+    output: Path | None = flag("--output", type=Path, help="write jsonl here (default: print to stdout)")
+    overwrite: bool = flag("--overwrite", default=False, action="store_true", help="replace an existing --output file")
+
+
+def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
+    return command_parser(GenerateOptions, environ, prog="generate", description=__doc__)
 
 
 def load_model(model_dir: str, base: str | None = None):
@@ -150,7 +159,7 @@ def generate(
     return texts
 
 
-def read_prompts(args: argparse.Namespace) -> list[str]:
+def read_prompts(args: GenerateOptions) -> list[str]:
     from zerokit.prepare.pack import decode_escapes
 
     prompts = list(args.prompt)
@@ -179,21 +188,22 @@ def fill(template: str, row: dict, where: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = from_namespace(GenerateOptions, build_parser().parse_args(argv))
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     prompts = read_prompts(args)
-    if is_path(args.model):
-        args.model = str(model_to_load(Path(args.model).expanduser()))
-        require_model_folder("model", args.model)
-        require_tokenizer_folder("model", args.model)
+    model = args.model
+    if is_path(model):
+        model = str(model_to_load(Path(model).expanduser()))
+        require_model_folder("model", model)
+        require_tokenizer_folder("model", model)
     if args.output and args.output.exists() and not args.overwrite:
         raise UserError(f"output {args.output} exists: pick another --output, or pass --overwrite")
     if args.output:
         check_writable(args.output.parent, "--output")
     with built_beside(args.output, "generate", "--output") if args.output else nullcontext() as partial:
         texts = generate(
-            args.model,
+            model,
             prompts,
             args.max_new_tokens,
             args.temperature,

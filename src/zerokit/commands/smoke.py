@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from zerokit.foundations.flags import environ_defaults
+from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.image.stack import DEFAULT_STACK, environment_stack, load_stack
 
 
@@ -314,19 +314,23 @@ def smoke(device: str, output: Path, stack: str = DEFAULT_STACK, environ: Mappin
     return report
 
 
+@dataclass(frozen=True)
+class SmokeOptions:
+    """`smoke`'s flags, each defined once here (zerokit.foundations.flags)."""
+
+    device: str = flag("--device", choices=tuple(DEVICES), default="gpu", help="gpu (default) or cpu (2 ranks)")
+    output: Path = flag("--output", type=Path, default=Path("runs/smoke"), help="report, logs and models go here")
+    stack: str | None = flag("--stack", help="stack of this environment")  # None: environment_stack's
+
+
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        allow_abbrev=False, prog="smoke", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    return command_parser(
+        SmokeOptions, environ, prog="smoke", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--device", choices=tuple(DEVICES), default="gpu", help="gpu (default) or cpu (2 ranks)")
-    parser.add_argument("--output", type=Path, default=Path("runs/smoke"), help="report, logs and models go here")
-    parser.add_argument("--stack", default=environment_stack(environ), help="stack of this environment")
-    environ_defaults(parser, environ)
-    return parser
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser(os.environ).parse_args(argv)
-    report = smoke(args.device, args.output, args.stack)
+    args = from_namespace(SmokeOptions, build_parser(os.environ).parse_args(argv))
+    report = smoke(args.device, args.output, args.stack or environment_stack(os.environ))
     print((args.output / "smoke-report.md").read_text())
     return 0 if report["passed"] else 1

@@ -13,11 +13,13 @@ import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.files import write_atomically
-from zerokit.foundations.flags import environ_defaults
+from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.training.checkpoints import PREFIX, complete_checkpoints, damage, is_universal
 from zerokit.training.outputs import built_beside, check_writable
 
@@ -60,13 +62,21 @@ def checkpoint_to_convert(path: Path) -> Path:
     return newest
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, prog="zerokit universal", description=__doc__.splitlines()[0])
-    parser.add_argument(
+@dataclass(frozen=True)
+class UniversalOptions:
+    """`universal`'s arguments, each defined once here (zerokit.foundations.flags)."""
+
+    checkpoint: Path = flag(
         "checkpoint", type=Path, help="a checkpoint-N folder (runs/long/checkpoint-500), or a run folder: its newest"
     )
-    environ_defaults(parser, os.environ)
-    args = parser.parse_args(argv)
+
+
+def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
+    return command_parser(UniversalOptions, environ, prog="zerokit universal", description=__doc__.splitlines()[0])
+
+
+def main(argv: list[str]) -> int:
+    args = from_namespace(UniversalOptions, build_parser().parse_args(argv))
     target = convert(checkpoint_to_convert(args.checkpoint))
     print(f"universal: {target} written; `train --resume auto` (or a path) now loads it with any rank count")
     return 0

@@ -15,7 +15,7 @@ from pathlib import Path
 from zerokit.doctor.checks import CHECKS, check_id, run_checks
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import STATUSES, CheckResult
-from zerokit.foundations.flags import environ_defaults
+from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.image.stack import environment_stack, load_stack
 
 STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
@@ -30,45 +30,51 @@ class Options:
     against: Path | None = None  # a run record to compare with, instead of the checks
 
 
-def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        allow_abbrev=False,
-        prog="doctor",
-        description="Preflight checks of this environment against its stack: each row is ok, warn, fail or "
-        "skip, with the fix. Exits 0 unless --strict.",
-    )
-    add = parser.add_argument
-    add(
+@dataclass(frozen=True)
+class DoctorFlags:
+    """`doctor`'s flags, each defined once here (zerokit.foundations.flags); `parse` makes the Options."""
+
+    stack: str | None = flag(
         "--stack",
-        default=environment_stack(environ),
         help="stack name or TOML file the environment was built from (env: ZEROKIT_STACK; default: cpu, or site "
         "in a venv made by make venv STACK=site)",
-    )
-    add(
+    )  # None: environment_stack's
+    strict: str | None = flag(
         "--strict",
         nargs="?",
         const="fail",
         choices=("fail", "warn"),
         help="exit 1 if any check fails; --strict=warn: also if any warns",
     )
-    add("--json", action="store_true", help="print the results as a JSON list instead of a table")
-    add(
+    json: bool = flag(
+        "--json", default=False, action="store_true", help="print the results as a JSON list instead of a table"
+    )
+    against: Path | None = flag(
         "--against",
         type=Path,
         metavar="RECORD",
         help="instead of the checks: compare this environment with a run's zerokit-run.json (or its folder), "
         "one line per difference; exit 1 if any",
     )
-    add("--require-gpu", action="store_true", help="no visible GPU is a fail, not a warning")
-    add("--model", help="check that this Hub model (or local folder) is complete in the HF cache")
-    add("--dataset", help="check that this Hub dataset (or local file/folder) is available offline")
-    add(
+    require_gpu: bool = flag(
+        "--require-gpu", default=False, action="store_true", help="no visible GPU is a fail, not a warning"
+    )
+    model: str | None = flag("--model", help="check that this Hub model (or local folder) is complete in the HF cache")
+    dataset: str | None = flag(
+        "--dataset", help="check that this Hub dataset (or local file/folder) is available offline"
+    )
+    ifname: str | None = flag(
         "--ifname",
         help="network interface NCCL/gloo will use (default: NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, "
         "else the one routing to MASTER_ADDR)",
     )
-    add("--multi-node", action="store_true", help="judge for a run across nodes (loopback names, launcher tools)")
-    add(
+    multi_node: bool = flag(
+        "--multi-node",
+        default=False,
+        action="store_true",
+        help="judge for a run across nodes (loopback names, launcher tools)",
+    )
+    skip: list[str] = flag(
         "--skip",
         action="append",
         default=[],
@@ -76,22 +82,32 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         choices=[check_id(c) for c in CHECKS],
         help=f"leave a check out (repeatable): {', '.join(check_id(c) for c in CHECKS)}",
     )
-    environ_defaults(parser, environ)
-    return parser
+
+
+def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    return command_parser(
+        DoctorFlags,
+        environ,
+        prog="doctor",
+        description="Preflight checks of this environment against its stack: each row is ok, warn, fail or "
+        "skip, with the fix. Exits 0 unless --strict.",
+    )
 
 
 def parse(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
-    args = build_parser(environ).parse_args(argv)
+    flags = from_namespace(DoctorFlags, build_parser(environ).parse_args(argv))
     context = Context(
-        stack=load_stack(args.stack),
+        stack=load_stack(flags.stack or environment_stack(environ)),
         environ=environ,
-        require_gpu=args.require_gpu,
-        model=args.model,
-        dataset=args.dataset,
-        ifname=args.ifname,
-        multi_node=args.multi_node,
+        require_gpu=flags.require_gpu,
+        model=flags.model,
+        dataset=flags.dataset,
+        ifname=flags.ifname,
+        multi_node=flags.multi_node,
     )
-    return Options(context=context, json=args.json, strict=args.strict, skip=frozenset(args.skip), against=args.against)
+    return Options(
+        context=context, json=flags.json, strict=flags.strict, skip=frozenset(flags.skip), against=flags.against
+    )
 
 
 def exit_code(results: Sequence[CheckResult], strict: str | None) -> int:

@@ -1,21 +1,27 @@
-"""Flags defined once, and read from the environment too.
+"""Flags defined once, and read from the environment too: the one flag mechanism of every command.
 
 A command's options are a frozen dataclass whose fields carry their flag names, help and argparse
-details (`flag(...)`): `add_flags` makes the parser from them and `from_namespace` the options,
-so a flag is written in one place, not three (field, add_argument, constructor).
+details (`flag(...)`): `add_flags` (or `command_parser`) makes the parser from them and
+`from_namespace` the options, so a flag is written in one place, not three (field, add_argument,
+constructor). A name without a leading dash is a positional; a command with subcommands (`prepare
+tokenize`) has one options dataclass for each.
 
 Every command also reads each of its flags from `ZEROKIT_<FLAG>` (`--output-dir` from
 ZEROKIT_OUTPUT_DIR, `--no-preflight` from ZEROKIT_NO_PREFLIGHT): `environ_defaults`, called on
-every parser. The command line wins. A value of the wrong kind fails in one line naming the
-variable. A flag can opt out (`env=False`) where the same variable means something to another
-command (train's --nproc-per-node would re-read launch's ZEROKIT_NPROC_PER_NODE in every rank).
+every parser. The command line wins. A switch takes 1/true/yes/on or 0/false/no/off; a repeatable
+flag comma-separated values; any other value goes through the flag's one value parser, whether it
+came from the command line or the variable: its argparse `type`, or its `check`
+(zerokit.foundations.values), which names both in one line ("--stop-grace (ZEROKIT_STOP_GRACE)=...").
+A value of the wrong kind fails in one line naming the variable. A flag can opt out (`env=False`)
+where the same variable means something to another command (train's --nproc-per-node would
+re-read launch's ZEROKIT_NPROC_PER_NODE in every rank); positionals are never read from it.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from zerokit.foundations.errors import UserError
@@ -23,47 +29,133 @@ from zerokit.foundations.errors import UserError
 T = TypeVar("T")
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 NOT_FROM_ENV = "zerokit_not_from_env"  # set on an argparse action that opted out
+ALSO_FROM = "zerokit_also_from"  # variables an action reads after its ZEROKIT_<FLAG>
+CHECKED = "zerokit_checked"  # its text is parsed by the flag's check, after argparse
+OPTIONS_OF = "zerokit_options"  # set on a command's parser: the options dataclass it was made from
+EPILOG = "Every flag can also be set as ZEROKIT_<FLAG> (e.g. --foo-bar: ZEROKIT_FOO_BAR)."
 
 
-def flag(*names: str, help: str, default: Any = None, env: bool = True, **argparse_kwargs: Any) -> Any:
-    """A dataclass field that is a command-line flag (names as for add_argument)."""
-    metadata = {"names": names, "help": help, "env": env, "argparse": argparse_kwargs}
+def flag(
+    *names: str,
+    help: str | None,
+    default: Any = None,
+    env: bool = True,
+    check: Callable[[str, str], Any] | None = None,
+    also_env: tuple[str, ...] = (),
+    **argparse_kwargs: Any,
+) -> Any:
+    """A dataclass field that is a command-line flag (names as for add_argument; one name without a
+    leading dash: a positional, of the field's name).
+
+    check: the flag's value parser, `check(label, text)`, called on the text of the flag or of its
+    variable (label names both); a flag without a default (None) is None when that text is blank.
+    also_env: variables read, in order, when ZEROKIT_<FLAG> is not set (launch's --master-port: MASTER_PORT).
+    """
+    if check is not None and "type" in argparse_kwargs:
+        raise TypeError(f"{names[0]}: a flag's value has one parser: give type= or check=, not both")
+    positional = not names[0].startswith("-")
+    metadata = {
+        "names": names,
+        "help": help,
+        "default": default,
+        "env": env and not positional,
+        "check": check,
+        "also_env": tuple(also_env),
+        "positional": positional,
+        "argparse": argparse_kwargs,
+    }
+    if isinstance(default, list):  # a repeatable flag's: each options object gets its own list
+        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def flag_fields(options: type) -> Iterator[dataclasses.Field]:
+    """The fields of an options dataclass that are flags, in order."""
+    return (f for f in dataclasses.fields(options) if "names" in f.metadata)
+
+
+def variables(field: dataclasses.Field) -> tuple[str, ...]:
+    """The variables a flag reads, in order: ZEROKIT_<FLAG>, then its also_env; none if it opted out."""
+    meta = field.metadata
+    long = next((n for n in meta["names"] if n.startswith("--")), None)
+    if not meta["env"] or long is None:
+        return ()
+    return (zerokit_variable(long), *meta["also_env"])
+
+
+def label(field: dataclasses.Field) -> str:
+    """How an error names a flag: `--stop-grace (ZEROKIT_STOP_GRACE)`, or the flag alone if it reads no variable."""
+    names = field.metadata["names"]
+    long = next((n for n in names if n.startswith("--")), names[0])
+    found = variables(field)
+    return f"{long} ({', '.join(found)})" if found else long
+
+
+def zerokit_variable(option: str) -> str:
+    return f"ZEROKIT_{option.lstrip('-').upper().replace('-', '_')}"
+
+
+def command_parser(options: type, environ: Mapping[str, str], **parser_kwargs: Any) -> argparse.ArgumentParser:
+    """A command's parser (prog, description ... as for ArgumentParser), its flags those of options."""
+    # allow_abbrev off: a prefix (--nproc 2) is an unknown flag, not silently another one
+    parser = argparse.ArgumentParser(allow_abbrev=False, **parser_kwargs)
+    add_flags(parser, options, environ)
+    setattr(parser, OPTIONS_OF, options)
+    return parser
+
+
+def options_of(parser: argparse.ArgumentParser) -> type:
+    """The options dataclass that command_parser made parser from."""
+    return getattr(parser, OPTIONS_OF)
 
 
 def add_flags(parser: argparse.ArgumentParser, options: type, environ: Mapping[str, str]) -> None:
     """Add the flags of an options dataclass to parser, then their ZEROKIT_<FLAG> defaults."""
-    for field in dataclasses.fields(options):
+    for field in flag_fields(options):
         meta = field.metadata
-        if "names" in meta:
-            action = parser.add_argument(
-                *meta["names"], dest=field.name, default=field.default, help=meta["help"], **meta["argparse"]
-            )
-            setattr(action, NOT_FROM_ENV, not meta["env"])
+        default = list(meta["default"]) if isinstance(meta["default"], list) else meta["default"]
+        if meta["positional"]:
+            names, extra = (field.name,), {"metavar": meta["names"][0]} if meta["names"][0] != field.name else {}
+        else:
+            names, extra = meta["names"], {"dest": field.name}
+        action = parser.add_argument(*names, default=default, help=meta["help"], **extra, **meta["argparse"])
+        setattr(action, NOT_FROM_ENV, not meta["env"])
+        setattr(action, ALSO_FROM, meta["also_env"])
+        setattr(action, CHECKED, meta["check"] is not None)
     environ_defaults(parser, environ)
 
 
 def from_namespace(options: type[T], namespace: argparse.Namespace) -> T:
-    """The options dataclass from parsed flags (fields without a flag keep their defaults)."""
-    values = {f.name: getattr(namespace, f.name) for f in dataclasses.fields(options) if "names" in f.metadata}
+    """The options dataclass from parsed flags, each text through its flag's check (fields without a flag keep
+    their defaults)."""
+    values = {}
+    for field in flag_fields(options):
+        value, check = getattr(namespace, field.name), field.metadata["check"]
+        if check is not None and isinstance(value, str):
+            blank = field.metadata["default"] is None and not value.strip()
+            value = None if blank else check(label(field), value)
+        values[field.name] = value
     return options(**values)
 
 
 def variable(action: argparse.Action) -> str | None:
     long = next((o for o in action.option_strings if o.startswith("--")), None)
-    return f"ZEROKIT_{long[2:].upper().replace('-', '_')}" if long else None
+    return zerokit_variable(long) if long else None
 
 
 def environ_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
-    """Each optional flag of parser takes its default from ZEROKIT_<FLAG> when that is set."""
+    """Each optional flag of parser takes its default from ZEROKIT_<FLAG> (else its also_env) when that is set."""
     for action in parser._actions:
         name = variable(action)
-        if name is None or action.dest == "help" or getattr(action, NOT_FROM_ENV, False) or name not in environ:
+        if name is None or action.dest == "help" or getattr(action, NOT_FROM_ENV, False):
+            continue
+        name = next((n for n in (name, *getattr(action, ALSO_FROM, ())) if n in environ), None)
+        if name is None:
             continue
         action.default = env_value(action, name, environ[name])
         action.required = False
     if parser.epilog is None:
-        parser.epilog = "Every flag can also be set as ZEROKIT_<FLAG> (e.g. --foo-bar: ZEROKIT_FOO_BAR)."
+        parser.epilog = EPILOG
 
 
 def env_value(action: argparse.Action, name: str, text: str) -> Any:
@@ -78,8 +170,12 @@ def single_value(action: argparse.Action, name: str, text: str) -> Any:
         if value not in TRUE + FALSE:
             raise UserError(f"{name}={text!r}: give 1 or 0 (true or false)")
         return (value in TRUE) == (action.const is True)
+    if getattr(action, CHECKED, False):  # the flag's check parses it, as it does the flag's text
+        return text
     try:
         value = action.type(text) if callable(action.type) else text
+    except argparse.ArgumentTypeError as error:
+        raise UserError(f"{name}={text!r}: {error}") from None
     except (TypeError, ValueError):
         kind = getattr(action.type, "__name__", "value")
         raise UserError(f"{name}={text!r} is not a valid {kind} for {action.option_strings[0]}") from None

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import math
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from zerokit.foundations.errors import UserError
+from zerokit.foundations.flags import command_parser, flag, from_namespace
+from zerokit.foundations.values import factor, seconds
 
 DEFAULT_TIMEOUT = 60.0  # seconds: every wait of the check (the rendezvous, each collective) is bounded by it
 DEFAULT_SLOW_FACTOR = 4.0  # a node whose best link is this many times slower than the median node's is named
@@ -35,44 +36,33 @@ def rank_argv(python: str, options: CheckOptions) -> tuple[str, ...]:
     return tuple(argv)
 
 
-def seconds(value: str, name: str) -> float:
-    """A positive, finite number of seconds, or a UserError naming the flag."""
-    number = _number(value)
-    if not (math.isfinite(number) and number > 0):
-        raise UserError(f"{name}={value!r} is not a number of seconds: give one above 0, e.g. 30")
-    return number
+@dataclass(frozen=True)
+class RankFlags:
+    """The rank program's flags, as launch sets them on every rank's command line (rank_argv)."""
+
+    # None of them is read from the environment: launch sets each on the command line, from its own --check-* flags
+    # (and their ZEROKIT_CHECK_* variables); ZEROKIT_TIMEOUT, ZEROKIT_JSON or ZEROKIT_HOSTS would reach every
+    # rank, meaning other commands' flags.
+    timeout: float = flag("--timeout", default=DEFAULT_TIMEOUT, check=seconds, env=False, help=None)
+    slow_factor: float = flag("--slow-factor", default=DEFAULT_SLOW_FACTOR, check=factor, env=False, help=None)
+    json: bool = flag("--json", default=False, action="store_true", env=False, help=None)
+    hosts: str = flag("--hosts", default="", env=False, help=None)
+    target: list[str] = flag("target", nargs=argparse.REMAINDER, help=None)
 
 
-def factor(value: str, name: str) -> float:
-    number = _number(value)
-    if not (math.isfinite(number) and number > 1):
-        raise UserError(f"{name}={value!r} is not a factor above 1: give e.g. 4 (four times slower than the median)")
-    return number
-
-
-def _number(value: str) -> float:
-    """The value as a float; NaN (refused by the callers' range checks) when it is not a number."""
-    try:
-        return float(value)
-    except ValueError:
-        return math.nan
+def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
+    return command_parser(RankFlags, environ, prog=f"python -m {MODULE}", epilog=argparse.SUPPRESS)
 
 
 def parse_options(argv: Sequence[str]) -> CheckOptions:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", allow_abbrev=False)
-    parser.add_argument("--timeout", default=str(DEFAULT_TIMEOUT))
-    parser.add_argument("--slow-factor", default=str(DEFAULT_SLOW_FACTOR))
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--hosts", default="")
-    parser.add_argument("target", nargs=argparse.REMAINDER)
-    args = parser.parse_args(list(argv))
-    target = list(args.target)
+    flags = from_namespace(RankFlags, build_parser().parse_args(list(argv)))
+    target = list(flags.target)
     if target and target[0] == "--":
         target = target[1:]
     return CheckOptions(
-        timeout=seconds(args.timeout, "--timeout"),
-        slow_factor=factor(args.slow_factor, "--slow-factor"),
-        as_json=args.json,
-        hosts=tuple(h for h in args.hosts.split(",") if h),
+        timeout=flags.timeout,
+        slow_factor=flags.slow_factor,
+        as_json=flags.json,
+        hosts=tuple(h for h in flags.hosts.split(",") if h),
         target=tuple(target),
     )

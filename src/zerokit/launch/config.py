@@ -1,18 +1,21 @@
-"""`launch`'s arguments, validated into one frozen config (every flag also has an environment variable)."""
+"""`launch`'s flags, each defined once in LaunchFlags (every one also read from ZEROKIT_<FLAG>), validated
+together into one frozen LaunchConfig, which the plan is made from (flags -> config -> plan, as torchrun's).
+A new flag is one `flag(...)` field in LaunchFlags, and where `validate` passes it on."""
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from zerokit.cluster import ENVIRONMENTS
-from zerokit.cluster.base import hostfile_lines_hosts, tcp_port, whole_number
+from zerokit.cluster.base import hostfile_lines_hosts
 from zerokit.cluster.detect import NAMES as SCHEDULERS
 from zerokit.foundations.errors import UserError
-from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckOptions, factor, seconds
+from zerokit.foundations.flags import command_parser, flag, from_namespace
+from zerokit.foundations.values import count, factor, seconds, seconds_or_zero, tcp_port
+from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckOptions
 from zerokit.launch.head import HEAD_LAUNCHERS
 from zerokit.launch.local import DEFAULT_STOP_GRACE
 from zerokit.launch.program import user_script_argv
@@ -24,10 +27,135 @@ REMOTE_LAUNCHERS = tuple(HEAD_LAUNCHERS)
 LAUNCHERS = ("auto", *REMOTE_LAUNCHERS, *SCHEDULERS)
 # Commands that run as `python -m zerokit <name>` when named without `--`.
 ZEROKIT_TARGETS = ("train", "generate", "bench", "doctor")
+PORT_FIX = "give a free TCP port, or set none of --master-port, ZEROKIT_MASTER_PORT and MASTER_PORT"
+
+
+def launcher_name(name: str, text: str) -> str:
+    """A launcher's name; argparse checks the choices of a flag, this those of its variable."""
+    if text not in LAUNCHERS:
+        raise UserError(f"ZEROKIT_LAUNCHER={text!r} is not a launcher: use one of {', '.join(LAUNCHERS)}")
+    return text
+
+
+def address(name: str, text: str) -> str:
+    """A host name or address, trimmed."""
+    return text.strip()
+
+
+def main_port(name: str, text: str) -> int:
+    """The rendezvous port."""
+    return tcp_port(name, text, PORT_FIX)
+
+
+@dataclass(frozen=True)
+class LaunchFlags:
+    """`launch`'s flags, each defined once here (zerokit.foundations.flags), as given; `validate` makes the
+    LaunchConfig that the plan is made from."""
+
+    nproc_per_node: int | None = flag(
+        "--nproc-per-node",
+        check=count,
+        help="start K ranks on each node (one task per node); default: the scheduler started every rank",
+    )
+    launcher: str = flag(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="auto",
+        check=launcher_name,
+        help="auto: this process is a rank or a node, as detected; pdsh/mpirun: start all nodes from this head "
+        f"node; {'/'.join(SCHEDULERS)}: as auto, but refuse to start unless that scheduler started this process",
+    )
+    hostfile: str | None = flag("--hostfile", help="hosts for --launcher pdsh/mpirun, one per line (slots ignored)")
+    hosts: str | None = flag("--hosts", help=argparse.SUPPRESS)  # set by a head-node launch
+    node_host: str | None = flag("--node-host", help=argparse.SUPPRESS)  # set by a head-node launch (pdsh's %%h)
+    ifname: str | None = flag(
+        "--ifname", help="network interface for NCCL/gloo (default: the one routing to the main address)"
+    )
+    master_addr: str | None = flag(
+        "--master-addr",
+        also_env=("MASTER_ADDR",),
+        check=address,
+        help="main address (default: MASTER_ADDR, else the first host, else 127.0.0.1)",
+    )
+    master_port: int | None = flag(
+        "--master-port",
+        also_env=("MASTER_PORT",),
+        check=main_port,
+        help="main port (default: MASTER_PORT, else derived from the job id, else a free one)",
+    )
+    stop_grace: float = flag(
+        "--stop-grace",
+        metavar="SECONDS",
+        default=DEFAULT_STOP_GRACE,
+        check=seconds_or_zero,
+        help="on SIGTERM/SIGINT, or when a rank fails, the other ranks get SIGTERM and, SECONDS later, SIGKILL "
+        f"(default {DEFAULT_STOP_GRACE:g}: time for train's checkpoint, under Slurm's KillWait of 30)",
+    )
+    stall_timeout: float = flag(
+        "--stall-timeout",
+        metavar="SECONDS",
+        default=DEFAULT_STALL_TIMEOUT,
+        check=seconds_or_zero,
+        help="when no rank has made progress (a collective, a training step, a heartbeat) for SECONDS, get every "
+        "rank's Python stacks, name the rank stuck outside any collective, and end the job; a rank waiting for "
+        f"peers that never start is named within it too (default {DEFAULT_STALL_TIMEOUT:g}; 0: off)",
+    )
+    check: bool = flag(
+        "--check",
+        default=False,
+        action="store_true",
+        help="every rank first runs the allocation's health check (rendezvous, collectives, every node pair's "
+        "link, the nodes' facts); the command starts only if it passes",
+    )
+    check_only: bool = flag(
+        "--check-only",
+        default=False,
+        action="store_true",
+        help="run the health check and exit (no command needed): 0 when it passed, 1 naming the bad node",
+    )
+    check_timeout: float = flag(
+        "--check-timeout",
+        metavar="SECONDS",
+        default=DEFAULT_TIMEOUT,
+        check=seconds,
+        help=f"bound on each wait of the health check: a rank that never arrives is named after it "
+        f"(default {DEFAULT_TIMEOUT:g}; the whole check ends by three times this)",
+    )
+    check_slow_factor: float = flag(
+        "--check-slow-factor",
+        metavar="F",
+        default=DEFAULT_SLOW_FACTOR,
+        check=factor,
+        help="the health check names a node whose best link is F times slower than the median node's "
+        f"(default {DEFAULT_SLOW_FACTOR:g})",
+    )
+    dry_run: bool = flag("--dry-run", default=False, action="store_true", help="print the plan and run nothing")
+    json: bool = flag(
+        "--json",
+        default=False,
+        action="store_true",
+        help="with --dry-run: the plan as JSON; with --check: the report as JSON",
+    )
+    print_command: bool = flag(
+        "--print-command",
+        default=False,
+        action="store_true",
+        help="with --launcher mpirun/pdsh: print the command that starts "
+        "every node, shell-quoted, and run nothing (job scripts run it with the host's mpirun)",
+    )
+    no_preflight: bool = flag(
+        "--no-preflight",
+        default=False,
+        action="store_true",
+        help="start without doctor's checks of this node (ops, /dev/shm, interface, caches)",
+    )
+    command: list[str] = flag("command", nargs=argparse.REMAINDER, help="train [flags] | -- any command")
 
 
 @dataclass(frozen=True)
 class LaunchConfig:
+    """What launch does, checked: made from LaunchFlags by `validate`."""
+
     target: tuple[str, ...]  # argv each rank runs
     nproc_per_node: int | None  # None: the scheduler started every rank (per-rank mode)
     launcher: str  # auto: per rank / per node here; pdsh, mpirun: start every node; slurm, ...: required here
@@ -58,105 +186,15 @@ class LaunchConfig:
 
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
-    def env(name: str, default: str | None = None) -> str | None:
-        return environ.get(f"ZEROKIT_{name}", default)
-
-    parser = argparse.ArgumentParser(
+    return command_parser(
+        LaunchFlags,
+        environ,
         prog="launch",
-        allow_abbrev=False,  # `--nproc 2` is not silently --nproc-per-node
         description="Start ranks of train (or any command after --) under "
         f"{', '.join(dict.fromkeys(env.title for env in ENVIRONMENTS))}, or from a head node over pdsh or mpirun. "
         "Every flag can also be set as ZEROKIT_<FLAG>, e.g. ZEROKIT_NPROC_PER_NODE.",
+        epilog=argparse.SUPPRESS,  # the description says it
     )
-    add = parser.add_argument
-    add(
-        "--nproc-per-node",
-        default=env("NPROC_PER_NODE"),
-        help="start K ranks on each node (one task per node); default: the scheduler started every rank",
-    )
-    add(
-        "--launcher",
-        choices=LAUNCHERS,
-        default=env("LAUNCHER", "auto"),
-        help="auto: this process is a rank or a node, as detected; pdsh/mpirun: start all nodes from this head "
-        f"node; {'/'.join(SCHEDULERS)}: as auto, but refuse to start unless that scheduler started this process",
-    )
-    add("--hostfile", default=env("HOSTFILE"), help="hosts for --launcher pdsh/mpirun, one per line (slots ignored)")
-    add("--hosts", default=env("HOSTS"), help=argparse.SUPPRESS)  # set by a head-node launch
-    add("--node-host", default=None, help=argparse.SUPPRESS)  # set by a head-node launch (pdsh's %%h)
-    add(
-        "--ifname",
-        default=env("IFNAME"),
-        help="network interface for NCCL/gloo (default: the one routing to the main address)",
-    )
-    add(
-        "--master-addr",
-        default=env("MASTER_ADDR", environ.get("MASTER_ADDR")),
-        help="main address (default: MASTER_ADDR, else the first host, else 127.0.0.1)",
-    )
-    add(
-        "--master-port",
-        default=env("MASTER_PORT", environ.get("MASTER_PORT")),
-        help="main port (default: MASTER_PORT, else derived from the job id, else a free one)",
-    )
-    add(
-        "--stop-grace",
-        metavar="SECONDS",
-        default=env("STOP_GRACE", str(DEFAULT_STOP_GRACE)),
-        help="on SIGTERM/SIGINT, or when a rank fails, the other ranks get SIGTERM and, SECONDS later, SIGKILL "
-        f"(default {DEFAULT_STOP_GRACE:g}: time for train's checkpoint, under Slurm's KillWait of 30)",
-    )
-    add(
-        "--stall-timeout",
-        metavar="SECONDS",
-        default=env("STALL_TIMEOUT", f"{DEFAULT_STALL_TIMEOUT:g}"),
-        help="when no rank has made progress (a collective, a training step, a heartbeat) for SECONDS, get every "
-        "rank's Python stacks, name the rank stuck outside any collective, and end the job; a rank waiting for "
-        f"peers that never start is named within it too (default {DEFAULT_STALL_TIMEOUT:g}; 0: off)",
-    )
-    add(
-        "--check",
-        action="store_true",
-        default=env("CHECK") == "1",
-        help="every rank first runs the allocation's health check (rendezvous, collectives, every node pair's "
-        "link, the nodes' facts); the command starts only if it passes",
-    )
-    add(
-        "--check-only",
-        action="store_true",
-        default=env("CHECK_ONLY") == "1",
-        help="run the health check and exit (no command needed): 0 when it passed, 1 naming the bad node",
-    )
-    add(
-        "--check-timeout",
-        metavar="SECONDS",
-        default=env("CHECK_TIMEOUT", f"{DEFAULT_TIMEOUT:g}"),
-        help=f"bound on each wait of the health check: a rank that never arrives is named after it "
-        f"(default {DEFAULT_TIMEOUT:g}; the whole check ends by three times this)",
-    )
-    add(
-        "--check-slow-factor",
-        metavar="F",
-        default=env("CHECK_SLOW_FACTOR", f"{DEFAULT_SLOW_FACTOR:g}"),
-        help="the health check names a node whose best link is F times slower than the median node's "
-        f"(default {DEFAULT_SLOW_FACTOR:g})",
-    )
-    add("--dry-run", action="store_true", help="print the plan and run nothing")
-    add("--json", action="store_true", help="with --dry-run: the plan as JSON; with --check: the report as JSON")
-    add(
-        "--print-command",
-        action="store_true",
-        help="with --launcher mpirun/pdsh: print the command that starts "
-        "every node, shell-quoted, and run nothing (job scripts run it with the host's mpirun)",
-    )
-    add(
-        "--no-preflight",
-        action="store_true",
-        default=env("NO_PREFLIGHT") == "1",
-        help="start without doctor's checks of this node (ops, /dev/shm, interface, caches)",
-    )
-    add("command", nargs=argparse.REMAINDER, help="train [flags] | -- any command")
-    return parser
 
 
 def read_hostfile(path: str) -> tuple[str, ...]:
@@ -186,69 +224,40 @@ def target_argv(command: Sequence[str], python: str) -> tuple[str, ...]:
 
 
 def parse(argv: Sequence[str], environ: Mapping[str, str], python: str) -> LaunchConfig:
-    args = build_parser(environ).parse_args(list(argv))
-    if args.launcher not in LAUNCHERS:  # argparse checks the choices of a flag, not of its variable
-        raise UserError(f"ZEROKIT_LAUNCHER={args.launcher!r} is not a launcher: use one of {', '.join(LAUNCHERS)}")
-    nproc = _count(args.nproc_per_node, "--nproc-per-node (ZEROKIT_NPROC_PER_NODE)")
-    if args.launcher in REMOTE_LAUNCHERS and not args.hostfile:
-        raise UserError(f"--launcher {args.launcher} needs --hostfile FILE (one host per line)")
-    if args.print_command and args.launcher not in REMOTE_LAUNCHERS:
+    return validate(from_namespace(LaunchFlags, build_parser(environ).parse_args(list(argv))), python)
+
+
+def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
+    """The flags checked together, and the config made from them."""
+    if flags.launcher in REMOTE_LAUNCHERS and not flags.hostfile:
+        raise UserError(f"--launcher {flags.launcher} needs --hostfile FILE (one host per line)")
+    if flags.print_command and flags.launcher not in REMOTE_LAUNCHERS:
         raise UserError("--print-command prints a head-node command: add --launcher mpirun (or pdsh) --hostfile FILE")
-    if bool(args.hosts) != bool(args.node_host):
+    if bool(flags.hosts) != bool(flags.node_host):
         raise UserError("--hosts and --node-host go together (a head-node launch sets both)")
-    target = () if args.check_only and not args.command else target_argv(args.command, python)
-    if args.check_only and target:
+    target = () if flags.check_only and not flags.command else target_argv(flags.command, python)
+    if flags.check_only and target:
         raise UserError("--check-only runs no command: drop the command, or use --check to run it after the check")
-    checking = args.check or args.check_only
     options = CheckOptions(
-        timeout=seconds(args.check_timeout, "--check-timeout (ZEROKIT_CHECK_TIMEOUT)"),
-        slow_factor=factor(args.check_slow_factor, "--check-slow-factor (ZEROKIT_CHECK_SLOW_FACTOR)"),
-        as_json=args.json,
-        target=target,
+        timeout=flags.check_timeout, slow_factor=flags.check_slow_factor, as_json=flags.json, target=target
     )
     return LaunchConfig(
         target=target,
-        nproc_per_node=nproc,
-        launcher=args.launcher,
-        hosts_from_file=read_hostfile(args.hostfile) if args.hostfile else (),
-        hosts=tuple(h for h in (args.hosts or "").split(",") if h),
-        node_host=args.node_host,
-        ifname=args.ifname,
-        master_addr=(args.master_addr or "").strip() or None,
-        master_port=_port(args.master_port),
+        nproc_per_node=flags.nproc_per_node,
+        launcher=flags.launcher,
+        hosts_from_file=read_hostfile(flags.hostfile) if flags.hostfile else (),
+        hosts=tuple(h for h in (flags.hosts or "").split(",") if h),
+        node_host=flags.node_host,
+        ifname=flags.ifname,
+        master_addr=flags.master_addr,
+        master_port=flags.master_port,
         workdir=os.getcwd(),
         python=python,
-        dry_run=args.dry_run,
-        as_json=args.json,
-        print_command=args.print_command,
-        preflight=not args.no_preflight,
-        stop_grace=_seconds(args.stop_grace, "--stop-grace (ZEROKIT_STOP_GRACE)"),
-        stall_timeout=_seconds(args.stall_timeout, "--stall-timeout (ZEROKIT_STALL_TIMEOUT)"),
-        check=options if checking else None,
+        dry_run=flags.dry_run,
+        as_json=flags.json,
+        print_command=flags.print_command,
+        preflight=not flags.no_preflight,
+        stop_grace=flags.stop_grace,
+        stall_timeout=flags.stall_timeout,
+        check=options if flags.check or flags.check_only else None,
     )
-
-
-def _count(value: str | None, name: str) -> int | None:
-    if value is None or not str(value).strip():
-        return None
-    number = whole_number(name, str(value), "give a whole number of at least 1")
-    if number < 1:
-        raise UserError(f"{name} must be at least 1, got {number}")
-    return number
-
-
-def _port(value: str | None) -> int | None:
-    if value is None or not str(value).strip():
-        return None
-    fix = "give a free TCP port, or set none of --master-port, ZEROKIT_MASTER_PORT and MASTER_PORT"
-    return tcp_port("--master-port (ZEROKIT_MASTER_PORT, MASTER_PORT)", str(value), fix)
-
-
-def _seconds(value: str, name: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise UserError(f"{name}={value!r} is not a number of seconds: give one of at least 0, e.g. 15")
-    return seconds

@@ -6,9 +6,9 @@ import socket
 from collections.abc import Mapping, MutableMapping
 
 from zerokit.cluster import ENVIRONMENTS, ClusterEnvironment
-from zerokit.cluster.base import tcp_port
 from zerokit.cluster.detect import rank_environment
 from zerokit.foundations.errors import UserError
+from zerokit.foundations.values import tcp_port
 
 
 def free_port() -> int:

@@ -13,60 +13,81 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
-from zerokit.foundations.flags import environ_defaults
+from zerokit.foundations.flags import command_parser, flag, from_namespace
 
 
-def stage_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        allow_abbrev=False,
-        prog="prepare",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+@dataclass(frozen=True)
+class StageOptions:
+    """`prepare`'s flags (staging), each defined once here (zerokit.foundations.flags)."""
+
+    model: str | None = flag("--model", help="Hub model id: weights, config and tokenizer files")
+    revision: str | None = flag(
+        "--revision", help="model branch, tag or commit (default: main); the manifest records the commit"
     )
-    add = parser.add_argument
-    add("--model", help="Hub model id: weights, config and tokenizer files")
-    add("--revision", help="model branch, tag or commit (default: main); the manifest records the commit")
-    add("--dataset", help="Hub dataset name, downloaded and prepared as Arrow files")
-    add("--dataset-config", help="dataset configuration name")
-    add("--dataset-revision", help="dataset branch, tag or commit")
-    add("--tokenizer", action="append", default=[], help="Hub repo whose tokenizer files alone to stage (repeatable)")
-    add(
+    dataset: str | None = flag("--dataset", help="Hub dataset name, downloaded and prepared as Arrow files")
+    dataset_config: str | None = flag("--dataset-config", help="dataset configuration name")
+    dataset_revision: str | None = flag("--dataset-revision", help="dataset branch, tag or commit")
+    tokenizer: list[str] = flag(
+        "--tokenizer", action="append", default=[], help="Hub repo whose tokenizer files alone to stage (repeatable)"
+    )
+    metric: list[str] = flag(
         "--metric",
         action="append",
         default=[],
         help="an `evaluate` module to stage (evaluate.load(NAME), e.g. accuracy; repeatable)",
     )
-    add("--hf-home", type=Path, help="stage into this HF_HOME (default: $HF_HOME); the nodes must use the same")
-    environ_defaults(parser, os.environ)
-    return parser
-
-
-def tokenize_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        allow_abbrev=False, prog="prepare tokenize", description="Tokenize once into fixed-length blocks."
+    hf_home: Path | None = flag(
+        "--hf-home", type=Path, help="stage into this HF_HOME (default: $HF_HOME); the nodes must use the same"
     )
-    add = parser.add_argument
-    add("source", help="a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder or a Hub name")
-    add("--tokenizer", required=True, help="tokenizer Hub id or folder (the one train will use)")
-    add("--output", type=Path, required=True, help="folder to write (save_to_disk)")
-    add("--block-size", type=int, help="tokens per block (default: the tokenizer's maximum, at most 1024)")
-    add("--text-column", default="text", help="column holding the text in jsonl/csv/Arrow data")
-    add("--template", help='build each text from columns, e.g. "Title: {title}\\nAnswer: {answer}"')
-    add("--num-proc", type=int, default=min(8, os.cpu_count() or 1), help="tokenizing processes")
-    add("--validation-split-percentage", type=int, default=5, help="eval split taken from train when none exists")
-    add("--seed", type=int, default=42, help="seed of that split (train uses the same default)")
-    add("--overwrite", action="store_true", help="replace an output folder that prepare wrote before")
-    environ_defaults(parser, os.environ)
-    return parser
+
+
+@dataclass(frozen=True)
+class TokenizeOptions:
+    """`prepare tokenize`'s flags, each defined once here (zerokit.foundations.flags)."""
+
+    source: str = flag(
+        "source", help="a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder or a Hub name"
+    )
+    tokenizer: str = flag("--tokenizer", required=True, help="tokenizer Hub id or folder (the one train will use)")
+    output: Path = flag("--output", type=Path, required=True, help="folder to write (save_to_disk)")
+    block_size: int | None = flag(
+        "--block-size", type=int, help="tokens per block (default: the tokenizer's maximum, at most 1024)"
+    )
+    text_column: str = flag("--text-column", default="text", help="column holding the text in jsonl/csv/Arrow data")
+    template: str | None = flag(
+        "--template", help='build each text from columns, e.g. "Title: {title}\\nAnswer: {answer}"'
+    )
+    num_proc: int = flag("--num-proc", type=int, default=min(8, os.cpu_count() or 1), help="tokenizing processes")
+    validation_split_percentage: int = flag(
+        "--validation-split-percentage", type=int, default=5, help="eval split taken from train when none exists"
+    )
+    seed: int = flag("--seed", type=int, default=42, help="seed of that split (train uses the same default)")
+    overwrite: bool = flag(
+        "--overwrite", default=False, action="store_true", help="replace an output folder that prepare wrote before"
+    )
+
+
+def stage_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
+    return command_parser(
+        StageOptions, environ, prog="prepare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
+def tokenize_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
+    return command_parser(
+        TokenizeOptions, environ, prog="prepare tokenize", description="Tokenize once into fixed-length blocks."
+    )
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["tokenize"]:
         return tokenize_main(argv[1:])
-    args = stage_parser().parse_args(argv)
+    args = from_namespace(StageOptions, stage_parser().parse_args(argv))
     if not (args.model or args.dataset or args.tokenizer or args.metric):
         raise UserError(
             "nothing to stage: pass --model, --dataset, --tokenizer or --metric NAME (or `prepare tokenize ...`)"
@@ -89,7 +110,7 @@ def main(argv: list[str]) -> int:
 
 
 def tokenize_main(argv: list[str]) -> int:
-    args = tokenize_parser().parse_args(argv)
+    args = from_namespace(TokenizeOptions, tokenize_parser().parse_args(argv))
     if args.block_size is not None and args.block_size < 1:
         raise UserError(f"--block-size must be positive, got {args.block_size}")
     if args.num_proc < 1:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
-from zerokit.foundations.flags import add_flags, from_namespace
+from zerokit.foundations.flags import command_parser, from_namespace
 from zerokit.train.options import EMBEDDED_DIFFERENCE, HF_DIFFERENCES, TrainOptions
 from zerokit.train.run import train
 from zerokit.training.hf_flags import check_hf_flags
@@ -22,17 +22,16 @@ from zerokit.training.lora import parse_lora
 
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    return command_parser(
+        TrainOptions,
+        environ,
         prog="train",
-        allow_abbrev=False,  # a prefix (--learning_rat) is an unknown flag, not silently another one
         description="Train a causal LM with the HF Trainer and DeepSpeed ZeRO. With no --model/--dataset, "
         "trains the embedded default (tiny GPT-2 on a generated corpus). Any TrainingArguments flag "
         "(--learning_rate, --max_steps, --bf16, ...) is passed through and means what it means in HF.",
         epilog=hf_differences_text(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_flags(parser, TrainOptions, environ)
-    return parser
 
 
 def hf_differences_text() -> str:

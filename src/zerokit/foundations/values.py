@@ -1,0 +1,83 @@
+"""The value parsers of flags and variables: one per kind of value, each failing in one line naming the input.
+
+A flag's `check` (zerokit.foundations.flags) is one of these, called as `check(label, text)` on the
+flag's text or its variable's, `label` naming both ("--stop-grace (ZEROKIT_STOP_GRACE)"). `int_list`
+is an argparse `type` instead (its errors are argparse's usage errors). The cluster environments
+read their schedulers' variables with `whole_number` and `tcp_port` too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+from zerokit.foundations.errors import UserError
+
+_WHOLE_NUMBER = re.compile(r"[0-9]+")
+
+
+def whole_number(name: str, value: str, fix: str) -> int:
+    """`value` of variable `name` as an int >= 0; the error names the variable and ends with `fix`."""
+    if not _WHOLE_NUMBER.fullmatch(value.strip()):
+        raise UserError(f"{name}={value!r} is not a whole number: {fix}")
+    return int(value)
+
+
+def tcp_port(name: str, value: str, fix: str) -> int:
+    """`value` of `name` (a variable or flag) as a TCP port, 1-65535; the error ends with `fix`."""
+    port = whole_number(name, value, fix)
+    if not 1 <= port <= 65535:
+        raise UserError(f"{name}={port} is not a TCP port (1-65535): {fix}")
+    return port
+
+
+def count(name: str, value: str) -> int:
+    """A whole number of at least 1 (ranks, processes)."""
+    number = whole_number(name, value, "give a whole number of at least 1")
+    if number < 1:
+        raise UserError(f"{name} must be at least 1, got {number}")
+    return number
+
+
+def seconds(name: str, value: str) -> float:
+    """A positive, finite number of seconds (a bound on a wait)."""
+    number = _number(value)
+    if not (math.isfinite(number) and number > 0):
+        raise UserError(f"{name}={value!r} is not a number of seconds: give one above 0, e.g. 30")
+    return number
+
+
+def seconds_or_zero(name: str, value: str) -> float:
+    """A finite number of seconds, 0 or more (a grace period; 0: none)."""
+    number = _number(value)
+    if not (math.isfinite(number) and number >= 0):
+        raise UserError(f"{name}={value!r} is not a number of seconds: give one of at least 0, e.g. 15")
+    return number
+
+
+def factor(name: str, value: str) -> float:
+    """A finite factor above 1 (how many times slower)."""
+    number = _number(value)
+    if not (math.isfinite(number) and number > 1):
+        raise UserError(f"{name}={value!r} is not a factor above 1: give e.g. 4 (four times slower than the median)")
+    return number
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """Counts of at least 1, comma-separated ("1,2,4"): an argparse type."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, e.g. 1,2,4; got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected counts of at least 1, got {text!r}")
+    return values
+
+
+def _number(value: str) -> float:
+    """The value as a float; NaN (refused by the callers' range checks) when it is not a number."""
+    try:
+        return float(value)
+    except ValueError:
+        return math.nan
