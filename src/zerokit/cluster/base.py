@@ -28,6 +28,32 @@ PORT_BASE = 20000
 PORT_SPAN = 12000
 
 
+@dataclass(frozen=True)
+class RankEnv:
+    """Where one rank stands in its job, as torch.distributed's env:// start-up reads it. Defined here
+    once: a scheduler's environment gives one (ClusterEnvironment.rank_env), launch makes one per rank
+    it starts, and `variables` is the one place they become the process's environment."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    main_address: str
+    main_port: int
+
+    def variables(self) -> dict[str, str]:
+        return {
+            "RANK": str(self.rank),
+            "LOCAL_RANK": str(self.local_rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "GROUP_RANK": str(self.node_rank),
+            "MASTER_ADDR": self.main_address,
+            "MASTER_PORT": str(self.main_port),
+        }
+
+
 def port_from_job_id(job_id: str | None) -> int:
     """The rendezvous port of a job: the same on every rank, and different for two jobs on one node
     unless their ids (digits only) are a multiple of PORT_SPAN apart."""
@@ -186,16 +212,21 @@ class ClusterEnvironment(ABC):
             return port_from_job_id(self.job_id)
         return tcp_port("MASTER_PORT", explicit, "set it to a free TCP port, or unset it to derive one from the job id")
 
+    def rank_env(self) -> RankEnv:
+        """This process's place in the job, as the scheduler's variables give it."""
+        return RankEnv(
+            rank=self.rank,
+            local_rank=self.local_rank,
+            world_size=self.world_size,
+            local_world_size=self.local_world_size,
+            node_rank=self.node_rank,
+            main_address=self.main_address,
+            main_port=self.main_port,
+        )
+
     def torch_env(self) -> dict[str, str]:
         """The variables torch.distributed's env:// initialisation reads, for this process."""
-        return {
-            "RANK": str(self.rank),
-            "LOCAL_RANK": str(self.local_rank),
-            "WORLD_SIZE": str(self.world_size),
-            "LOCAL_WORLD_SIZE": str(self.local_world_size),
-            "MASTER_ADDR": self.main_address,
-            "MASTER_PORT": str(self.main_port),
-        }
+        return self.rank_env().variables()
 
     def _first_set(self, logical: str) -> str | None:
         return next((v for v in self.variables.get(logical, ()) if self.environ.get(v, "").strip()), None)

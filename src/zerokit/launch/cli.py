@@ -14,7 +14,7 @@ from pathlib import Path
 
 from zerokit.cluster.nic import interface_to
 from zerokit.foundations import startup_marks
-from zerokit.launch.config import parse
+from zerokit.launch.config import LaunchConfig, parse
 from zerokit.launch.environment import check_port_free, free_port, launch_environment, refuse_hidden_job
 from zerokit.launch.plan import Plan, execute, plan
 from zerokit.launch.preflight import preflight_failures, report, runs_preflight
@@ -46,7 +46,11 @@ def write_deepspeed_env(p: Plan, folder: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    config = parse(argv, os.environ, sys.executable)
+    return run(parse(argv, os.environ, sys.executable))
+
+
+def run(config: LaunchConfig) -> int:
+    """Plan the ranks of config here and run them (or print the plan, or the command)."""
     cluster = launch_environment(os.environ, config.scheduler)
     if cluster is None:
         refuse_hidden_job(os.environ)

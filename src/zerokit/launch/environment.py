@@ -6,6 +6,7 @@ import socket
 from collections.abc import Mapping, MutableMapping
 
 from zerokit.cluster import ENVIRONMENTS, ClusterEnvironment
+from zerokit.cluster.base import RankEnv
 from zerokit.cluster.detect import rank_environment
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.values import tcp_port
@@ -67,11 +68,10 @@ def ensure_rank_env(environ: MutableMapping[str, str]) -> None:
             environ.setdefault(name, value)
         return
     refuse_hidden_job(environ)
-    environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
-    environ.setdefault("MASTER_ADDR", "127.0.0.1")
     explicit = environ.get("MASTER_PORT", "").strip()
+    fix = "set MASTER_PORT to a free port, or unset it to pick one"
+    port = tcp_port("MASTER_PORT", explicit, fix) if explicit else free_port()
     if explicit:
-        fix = "set MASTER_PORT to a free port, or unset it to pick one"
-        check_port_free(tcp_port("MASTER_PORT", explicit, fix), fix)
-    else:
-        environ["MASTER_PORT"] = str(free_port())
+        check_port_free(port, fix)
+    alone = RankEnv(0, 0, 1, 1, 0, environ.get("MASTER_ADDR") or "127.0.0.1", port)
+    environ.update(alone.variables())

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from zerokit.cluster.base import DEFAULT_PORT, ClusterEnvironment, port_from_job_id
+from zerokit.cluster.base import DEFAULT_PORT, ClusterEnvironment, RankEnv, port_from_job_id
 from zerokit.cluster.nic import nic_env
 from zerokit.foundations.errors import UserError
 from zerokit.healthcheck.command import rank_argv
@@ -151,15 +151,7 @@ def _rank_plan(config, cluster, environ, cpu_count, interface_to) -> Plan:
     port = config.master_port or cluster.main_port
     ifname = _ifname(config, main_address, interface_to)
     env = {**nic_env(ifname), "OMP_NUM_THREADS": threads_per_rank(environ, cpu_count, cluster.local_world_size)}
-    rank_env = {
-        "RANK": str(cluster.rank),
-        "LOCAL_RANK": str(cluster.local_rank),
-        "WORLD_SIZE": str(cluster.world_size),
-        "LOCAL_WORLD_SIZE": str(cluster.local_world_size),
-        "GROUP_RANK": str(cluster.node_rank),
-        "MASTER_ADDR": main_address,
-        "MASTER_PORT": str(port),
-    }
+    rank_env = replace(cluster.rank_env(), main_address=main_address, main_port=port).variables()
     nnodes = max(1, cluster.world_size // cluster.local_world_size)
     return Plan(
         mode="exec",
@@ -186,17 +178,8 @@ def _node_plan(
     ifname = config.ifname or (interface_to(main_address) if nnodes > 1 else None)
     env = {**(nic_env(ifname) if ifname else {}), "OMP_NUM_THREADS": threads_per_rank(environ, cpu_count, nproc)}
     world_size = nnodes * nproc
-    shared = {
-        "WORLD_SIZE": str(world_size),
-        "LOCAL_WORLD_SIZE": str(nproc),
-        "GROUP_RANK": str(node_rank),
-        "MASTER_ADDR": main_address,
-        "MASTER_PORT": str(port),
-    }
-    commands = tuple(
-        Command(config.target, {**env, **shared, "RANK": str(node_rank * nproc + i), "LOCAL_RANK": str(i)})
-        for i in range(nproc)
-    )
+    ranks = (RankEnv(node_rank * nproc + i, i, world_size, nproc, node_rank, main_address, port) for i in range(nproc))
+    commands = tuple(Command(config.target, {**env, **rank.variables()}) for rank in ranks)
     return Plan(
         mode="spawn",
         environment=environment,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
@@ -139,9 +140,11 @@ def main(argv: list[str]) -> int:
     check_output_dir(options.output_dir, options.overwrite, options.resume)
     check_hub_inputs(options)
     if options.nproc_per_node > 1:
-        from zerokit.launch.cli import main as launch_main
+        from zerokit.launch.cli import run as launch
+        from zerokit.launch.config import spawn_config
 
-        return launch_main(["--nproc-per-node", str(options.nproc_per_node), "train", *_without_nproc(argv)])
+        command = ["train", *_without_nproc(argv)]
+        return launch(spawn_config(command, options.nproc_per_node, os.environ, sys.executable))
     return train(options, hf_argv)
 
 
