@@ -16,7 +16,8 @@ from zerokit.cluster.nic import interface_to
 from zerokit.foundations import startup_marks
 from zerokit.launch.config import LaunchConfig, parse
 from zerokit.launch.environment import check_port_free, free_port, launch_environment, refuse_hidden_job
-from zerokit.launch.plan import Plan, execute, plan
+from zerokit.launch.execute import execute
+from zerokit.launch.plan import Plan, plan
 from zerokit.launch.preflight import preflight_failures, report, runs_preflight
 from zerokit.launch.program import check_commands
 

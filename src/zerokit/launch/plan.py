@@ -1,8 +1,8 @@
 """From a launch config and the cluster environment to a plan: who runs what, with which variables.
 
 `plan()` is pure: the scheduler's view comes in as a ClusterEnvironment, the interface lookup as a
-function. The plan is what `launch --dry-run --json` prints and what tests assert; `execute()`
-carries it out. Three modes:
+function. The plan is what `launch --dry-run --json` prints and what tests assert;
+zerokit.launch.execute carries it out. Three modes:
 
 - exec:   this process is one rank that a scheduler or MPI launcher started (srun, mpirun, mpiexec, PBS,
           SGE, LSF, Flux, torchrun): set the torch.distributed variables and become the target. That
@@ -17,12 +17,8 @@ carries it out. Three modes:
 
 from __future__ import annotations
 
-import os
-import socket
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 from zerokit.cluster.base import DEFAULT_PORT, ClusterEnvironment, RankEnv, port_from_job_id
 from zerokit.cluster.nic import nic_env
@@ -31,9 +27,9 @@ from zerokit.healthcheck.command import rank_argv
 from zerokit.image.runtimes import inside
 from zerokit.launch.config import LaunchConfig
 from zerokit.launch.head import HEAD_LAUNCHERS, HeadJob
-from zerokit.launch.local import Command, execute_commands, output_dir
+from zerokit.launch.local import Command
 from zerokit.launch.progress import TIMEOUT_VARIABLE
-from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT, StallWatch, exec_env, timeout_words
+from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
 
 # Variables the remote launches inherit from the head node (pdsh/ssh gives them a bare login
 # environment). Tokens are left out on purpose: they would show on the remote command line.
@@ -267,49 +263,3 @@ def container_prefix(environ: Mapping[str, str]) -> list[str]:
         return []
     runtime, image = found
     return runtime.argv(image, gpu=True)
-
-
-def rank_line(plan: Plan, command: Command, hostname: str, stall_timeout: float = 0.0) -> str:
-    """One line per rank in the job's log: which rank runs where, how it meets the others, its stall timeout."""
-    env = command.env
-    return (
-        f"launch: rank {env['RANK']} of {env['WORLD_SIZE']} on {hostname} (local rank {env['LOCAL_RANK']} of "
-        f"{env['LOCAL_WORLD_SIZE']}, node {plan.node_rank} of {plan.nnodes}, {plan.environment}), main "
-        f"{plan.main_address}:{plan.main_port}, interface {plan.ifname or 'default'}, {timeout_words(stall_timeout)}"
-    )
-
-
-def stall_report_folder(command: Command) -> Path:
-    """Where a stall's stacks go: the command's output folder, else launch's working folder (zerokit.launch.stall)."""
-    return Path(output_dir(command.argv) or os.getcwd())
-
-
-def execute(plan: Plan, stop_grace: float, stall_timeout: float = 0.0) -> int:
-    """Carry out a plan: become the rank (exec), run and supervise the local ranks (spawn), or run the remote launch.
-
-    `stop_grace`: seconds between a stop signal passed on to the ranks and SIGKILL (local.py). `stall_timeout`:
-    seconds without progress on any rank that end the job, 0 for never (zerokit.launch.stall); in exec mode
-    nothing supervises the rank, which watches itself (zerokit.launch.progress)."""
-    if plan.mode != "remote":
-        hostname = socket.gethostname()
-        for command in plan.commands:
-            print(rank_line(plan, command, hostname, stall_timeout), file=sys.stderr, flush=True)
-    if plan.mode == "exec":
-        command = plan.commands[0]
-        watch = exec_env(stall_timeout, stall_report_folder(command), command.env["RANK"])
-        env = {**os.environ, **command.env, TIMEOUT_VARIABLE: "0", **watch}
-        os.execvpe(command.argv[0], list(command.argv), env)
-    if plan.mode == "remote" or stall_timeout <= 0:
-        commands = plan.commands if plan.mode == "remote" else off(plan.commands)
-        return execute_commands(commands, stop_grace)
-    watch = StallWatch(stall_timeout, stall_report_folder(plan.commands[0]))
-    try:
-        commands = tuple(replace(c, env={**c.env, **watch.rank_env()}) for c in plan.commands)
-        return execute_commands(commands, stop_grace, watch)
-    finally:
-        watch.close()
-
-
-def off(commands: tuple[Command, ...]) -> tuple[Command, ...]:
-    """The ranks with their watch off, whatever the environment says (--stall-timeout 0)."""
-    return tuple(replace(c, env={**c.env, TIMEOUT_VARIABLE: "0"}) for c in commands)

@@ -11,8 +11,9 @@ import sys
 import time
 
 from zerokit.launch.config import parse
+from zerokit.launch.execute import execute
 from zerokit.launch.local import Command, describe_exit, execute_commands, exit_code
-from zerokit.launch.plan import execute, plan
+from zerokit.launch.plan import plan
 
 
 def test_every_rank_runs_with_its_variables(tmp_path):
