@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from zerokit.foundations.errors import UserError
+from zerokit.foundations.errors import OneLineError
 from zerokit.foundations.process_end import end_process
 
 # command -> ("module:function" taking argv and returning an exit code, one-line summary)
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     function = getattr(importlib.import_module(module_name), function_name)
     try:
         return function(rest)
-    except UserError as error:
+    except OneLineError as error:
         if not error.every_rank or os.environ.get("RANK", "0") == "0":
             print(f"error: {error}", file=sys.stderr)
         return error.exit_code

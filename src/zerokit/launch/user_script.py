@@ -39,7 +39,7 @@ from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 
 from zerokit.cluster import detect_environment
-from zerokit.foundations.errors import UserError
+from zerokit.foundations.errors import OneLineError, UserError
 from zerokit.foundations.process_end import end_process, exit_status
 from zerokit.launch import progress
 
@@ -191,7 +191,7 @@ def main(argv: Sequence[str]) -> int:
     """The rank's exit status: the script's own (its sys.exit included), 2 for a usage error."""
     try:
         run(argv)
-    except UserError as err:
+    except OneLineError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
     except SystemExit as stop:
