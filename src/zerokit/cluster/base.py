@@ -32,7 +32,9 @@ PORT_SPAN = 12000
 class RankEnv:
     """Where one rank stands in its job, as torch.distributed's env:// start-up reads it. Defined here
     once: a scheduler's environment gives one (ClusterEnvironment.rank_env), launch makes one per rank
-    it starts, and `variables` is the one place they become the process's environment."""
+    it starts, and `variables` is the one place they become the process's environment. LOCAL_SIZE repeats
+    LOCAL_WORLD_SIZE for DeepSpeed: its shared-memory all-reduce on CPU ranks (tensor-parallel inference)
+    reads it, and without it every rank dies in it with SIGSEGV."""
 
     rank: int
     local_rank: int
@@ -48,6 +50,7 @@ class RankEnv:
             "LOCAL_RANK": str(self.local_rank),
             "WORLD_SIZE": str(self.world_size),
             "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "LOCAL_SIZE": str(self.local_world_size),  # the same, as DeepSpeed's CPU all-reduce reads it
             "GROUP_RANK": str(self.node_rank),
             "MASTER_ADDR": self.main_address,
             "MASTER_PORT": str(self.main_port),

@@ -145,6 +145,7 @@ def test_torch_env_is_what_env_init_reads():
         "LOCAL_RANK": "1",
         "WORLD_SIZE": "2",
         "LOCAL_WORLD_SIZE": "2",
+        "LOCAL_SIZE": "2",  # DeepSpeed's CPU all-reduce reads it
         "GROUP_RANK": "0",
         "MASTER_ADDR": "n1",
         "MASTER_PORT": "23456",
