@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import run_zerokit
 from zerokit.__main__ import COMMANDS, PARSERS
+from zerokit.commands.generate import options as generate_options
 from zerokit.foundations import values
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import flag_fields, from_namespace, options_of, variables
@@ -101,6 +102,7 @@ SAMPLES = {
     values.factor: ("3", 3.0),
     launch_config.address: (" 10.1.2.3 ", "10.1.2.3"),
     launch_config.main_port: ("29400", 29400),
+    generate_options.max_memory: ("0=20GiB, 1=20GiB,cpu=64GiB", {0: "20GiB", 1: "20GiB", "cpu": "64GiB"}),
 }
 
 

@@ -1,3 +1,3 @@
-"""Commands with one module each: generate, universal, smoke, demo (the larger commands are packages of
+"""Commands with one module each: universal, smoke, demo (generate and the larger commands are packages of
 their own: train, launch, doctor, prepare, bench, healthcheck; `zerokit.__main__` lists them all).
 """

@@ -1,0 +1,17 @@
+"""`generate`: sample text from a trained model folder, or a LoRA adapter folder on its base; write jsonl.
+
+Prompts come from `--prompt` (repeatable), `--prompts-file` (one per line), `--jsonl` rows or a `--dataset`
+(the `prompt` field, or `--template "Question: {question}\\nAnswer:"` filled from each row), each row out with
+its own fields, its id (`row`), `prompt`, `text` and `completion`. Under `launch` the ranks share the rows
+(data parallel), or share a model (`--tp-size`); `--device-map` spreads a model too large for one device.
+An `--output` is written as rows finish and `--resume` continues an interrupted run.
+
+Modules: options (the flags), sources and prompts (the rows), loading (the model, placed), ranks (who does
+which rows), engine (one batch), writing (the output), report (throughput), cli (the run).
+"""
+
+from zerokit.commands.generate.cli import main
+from zerokit.commands.generate.engine import generate
+from zerokit.commands.generate.options import build_parser
+
+__all__ = ["build_parser", "generate", "main"]

@@ -1,0 +1,112 @@
+"""`generate`'s run, in the order that fails soonest: flags, rows (a template's missing field), the model
+folder, the output (busy, or not this run's rows), the tokenizer (no chat template); only then the model
+loads, and the rows left are generated batch by batch, each written as it finishes."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from zerokit.commands.generate.engine import BatchResult, Sampling, run_batch
+from zerokit.commands.generate.loading import Placement, input_device, load_model, model_to_load
+from zerokit.commands.generate.options import GenerateOptions, parse
+from zerokit.commands.generate.prompts import Row, chat_prompts, read_rows
+from zerokit.commands.generate.ranks import Ranks, start
+from zerokit.commands.generate.report import Report, peak_memory
+from zerokit.commands.generate.writing import ROW_ID, FileRows, StdoutRows
+from zerokit.foundations.errors import UserError
+from zerokit.training.model_source import is_path, require_model_folder, require_tokenizer_folder
+
+
+def main(argv: list[str]) -> int:
+    options = parse(argv)
+    rows = read_rows(options)
+    model = options.model
+    if is_path(model):
+        model = str(model_to_load(Path(model).expanduser()))
+        require_model_folder("model", model)
+        require_tokenizer_folder("model", model)
+    check_device_map(options)
+    ranks = start(options.tp_size)
+    sink: list[FileRows | StdoutRows] = []  # rank 0's, the one writer
+
+    def open_output() -> list[int]:
+        output = options.output
+        sink.append(FileRows(output, resume=options.resume, overwrite=options.overwrite) if output else StdoutRows())
+        check_done(sink[0].done, rows, sink[0].where)
+        return sorted(sink[0].done)
+
+    done = set(ranks.agree(open_output))
+    pending = [row for row in rows if row.index not in done]
+    report = Report(ranks.world_size, options.tp_size, resumed_rows=len(done))
+    if pending:
+        generate_rows(options, model, pending, ranks, sink, report)
+    memory = ranks.gather(peak_memory())
+    if ranks.writer:
+        sink[0].finish()
+        report.memory = memory
+        report.say(sink[0].where)
+        if options.report:
+            report.write(options.report)
+    return 0
+
+
+def generate_rows(
+    options: GenerateOptions, model: str, pending: list[Row], ranks: Ranks, sink: list, report: Report
+) -> None:
+    """Load the tokenizer and model, then generate this rank's share of the pending rows; rank 0 writes every
+    step's rows as the step ends."""
+    from transformers import AutoTokenizer
+
+    from zerokit.launch.progress import heartbeat
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if options.chat:
+        chat_prompts(pending[:1], tokenizer, model)  # no chat template: refused before the model loads
+    placement = Placement.of(options)
+    started = time.perf_counter()
+    loaded = load_model(model, options.base, placement, ranks.tp_group)
+    device = input_device(loaded, placement)
+    sampling = Sampling(options.temperature, options.top_p, options.seed, tuple(options.stop))
+    report.load_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    for batch in ranks.steps(pending, options.batch_size):
+        chats = chat_prompts(batch, tokenizer, model) if options.chat and batch else None
+        result = run_batch(loaded, tokenizer, batch, sampling, device, chats) if batch else BatchResult()
+        heartbeat()
+        step = ranks.gather(result)
+        if ranks.writer:
+            finished = sorted((row for part in step for row in part.rows), key=lambda row: row[ROW_ID])
+            sink[0].write(finished)
+            report.rows += len(finished)
+            report.generated_tokens += sum(part.tokens for part in step)
+            report.first_token_seconds += [part.first_token_s for part in step if part.first_token_s is not None]
+    report.generate_seconds = time.perf_counter() - started
+
+
+def check_done(done: dict[int, dict], rows: list[Row], where: str) -> None:
+    """Rows kept from an earlier run must be this run's: the same ids, made from the same prompts."""
+    prompts = {row.index: row.prompt for row in rows}
+    for index, row in done.items():
+        if prompts.get(index) != row.get("prompt"):
+            raise UserError(
+                f"{where} holds row {index} made from another prompt than this run's (other rows, template or "
+                "--sample): pass the same inputs to resume it, or --overwrite"
+            )
+
+
+def check_device_map(options: GenerateOptions) -> None:
+    """--device-map spreads one model over the node's GPUs: two ranks on a node would each take them all."""
+    if not options.device_map or int(os.environ.get("LOCAL_WORLD_SIZE", "1")) < 2:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        raise UserError(
+            "--device-map spreads one model over every GPU of the node: run one rank per node "
+            "(launch --nproc-per-node 1), or --tp-size to split a model over ranks"
+        )
