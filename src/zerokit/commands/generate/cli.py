@@ -5,6 +5,7 @@ loads, and the rows left are generated batch by batch, each written as it finish
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from zerokit.commands.generate.engine import BatchResult, Sampling, run_batch
 from zerokit.commands.generate.loading import Placement, input_device, load_model, model_to_load
 from zerokit.commands.generate.options import GenerateOptions, parse
 from zerokit.commands.generate.prompts import Row, chat_prompts, read_rows
-from zerokit.commands.generate.ranks import Ranks, start
+from zerokit.commands.generate.ranks import Ranks, alike_on_every_rank, start
 from zerokit.commands.generate.report import Report, peak_memory
 from zerokit.commands.generate.writing import ROW_ID, FileRows, StdoutRows
 from zerokit.foundations.errors import UserError
@@ -20,15 +21,18 @@ from zerokit.training.model_source import is_path, require_model_folder, require
 
 
 def main(argv: list[str]) -> int:
-    options = parse(argv)
-    rows = read_rows(options)
-    model = options.model
-    if is_path(model):
-        model = str(model_to_load(Path(model).expanduser()))
-        require_model_folder("model", model)
-        require_tokenizer_folder("model", model)
-    check_device_map(options)
-    ranks = start(options.tp_size)
+    for warning in (signal.SIGUSR1, signal.SIGUSR2):  # a scheduler's warning, passed on by launch: each batch
+        signal.signal(warning, signal.SIG_IGN)  # is on disk as it ends, so there is nothing to save (or to die of)
+    with alike_on_every_rank():
+        options = parse(argv)
+        rows = read_rows(options)
+        model = options.model
+        if is_path(model):
+            model = str(model_to_load(Path(model).expanduser()))
+            require_model_folder("model", model)
+            require_tokenizer_folder("model", model)
+        check_device_map(options)
+        ranks = start(options.tp_size)
     sink: list[FileRows | StdoutRows] = []  # rank 0's, the one writer
 
     def open_output() -> list[int]:
@@ -66,7 +70,8 @@ def generate_rows(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if options.chat:
-        chat_prompts(pending[:1], tokenizer, model)  # no chat template: refused before the model loads
+        with alike_on_every_rank():
+            chat_prompts(pending[:1], tokenizer, model)  # no chat template: refused before the model loads
     placement = Placement.of(options)
     started = time.perf_counter()
     loaded = load_model(model, options.base, placement, ranks.tp_group)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -21,11 +22,22 @@ from zerokit.foundations.errors import UserError
 T = TypeVar("T")
 
 
-class RefusedOnRankZero(UserError):
-    """A refusal rank 0 made (its output is busy, its rows are not this run's), raised on every rank; rank 0
-    says it."""
+class SaidByRankZero(UserError):
+    """A refusal every rank raises alike (its inputs are the same on each, or rank 0 made it and told the
+    others): rank 0 says it, in one line, not one line per rank."""
 
     every_rank = True
+
+
+@contextmanager
+def alike_on_every_rank() -> Iterator[None]:
+    """Input errors found by every rank alike, said once."""
+    try:
+        yield
+    except UserError as error:
+        if error.every_rank:
+            raise
+        raise SaidByRankZero(str(error)) from None
 
 
 @dataclass
@@ -83,7 +95,7 @@ class Ranks:
         dist.broadcast_object_list(box, src=0, group=self.objects_group)
         kind, value = box[0]
         if kind == "error":
-            raise RefusedOnRankZero(value)
+            raise SaidByRankZero(value)
         return value
 
 

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.files import write_atomically
@@ -62,17 +63,20 @@ class FileRows:
             write_atomically(self.partial, output.read_text())  # a finished output, given more rows to do
         self.done = read_done(self.partial) if resume else {}
         self.where = str(output)
-        self.handle = self.partial.open("ab")
+        self.handle: BinaryIO | None = None  # opened with the first row: a run that fails before leaves no file
 
     def write(self, rows: list[dict]) -> None:
         """Append one batch in one write, on disk before the next batch starts."""
+        if self.handle is None:
+            self.handle = self.partial.open("ab")
         self.handle.write("".join(json.dumps(row) + "\n" for row in rows).encode())
         self.handle.flush()
         os.fsync(self.handle.fileno())
 
     def finish(self) -> None:
         """Every row is done: the output becomes the rows in input order, in one rename."""
-        self.handle.close()
+        if self.handle is not None:
+            self.handle.close()
         rows = list(read_done(self.partial).values())
         if [row[ROW_ID] for row in rows] != sorted(row[ROW_ID] for row in rows):
             rows.sort(key=lambda row: row[ROW_ID])
