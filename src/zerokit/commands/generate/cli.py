@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
     report = Report(ranks.world_size, options.tp_size, resumed_rows=len(done))
     if pending:
         generate_rows(options, model, pending, ranks, sink, report)
-    memory = ranks.gather(peak_memory())
+    memory = ranks.gather(peak_memory(), every_rank=True)
     if ranks.writer:
         sink[0].finish()
         report.memory = memory

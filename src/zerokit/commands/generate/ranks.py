@@ -68,16 +68,18 @@ class Ranks:
             own = start + self.group * batch_size
             yield list(rows[own : min(own + batch_size, start + step)])
 
-    def gather(self, value: T) -> list[T]:
-        """On rank 0, the value of the first rank of each group, in group order (the others' are the same);
-        elsewhere, []."""
+    def gather(self, value: T, every_rank: bool = False) -> list[T]:
+        """On rank 0, the value of the first rank of each group, in group order (the others' are the same), or
+        with every_rank that of every rank; elsewhere, []."""
         if self.world_size == 1:
             return [value]
         import torch.distributed as dist
 
         found: list[Any] | None = [None] * self.world_size if self.writer else None
         dist.gather_object(value, found, dst=0, group=self.objects_group)
-        return [found[r] for r in range(0, self.world_size, self.tp_size)] if found is not None else []
+        if found is None:
+            return []
+        return found if every_rank else [found[r] for r in range(0, self.world_size, self.tp_size)]
 
     def agree(self, make: Callable[[], T]) -> T:
         """make() on rank 0, its result on every rank; a UserError it raises is raised on every rank (the
