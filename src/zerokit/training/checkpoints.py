@@ -161,6 +161,21 @@ def saved_world_size(checkpoint: Path) -> int:
     return len(list(checkpoint.glob("rng_state_*.pth"))) or 1
 
 
+def saved_tp_size(checkpoint: Path) -> int:
+    """Tensor-parallel ranks that wrote the checkpoint: DeepSpeed saves one mp_rank_<r>_model_states.pt per
+    rank of a tensor-parallel group (1 without tensor parallelism, or without DeepSpeed)."""
+    latest = checkpoint / "latest"
+    if not latest.is_file():
+        return 1
+    return len(list((checkpoint / latest.read_text().strip()).glob("mp_rank_*_model_states.pt"))) or 1
+
+
+class TensorParallelChanged(UserError):
+    """Every rank finds the same checkpoint written at another --tp-size; rank 0 says it."""
+
+    every_rank = True
+
+
 def is_universal(checkpoint: Path) -> bool:
     """Converted by `zerokit universal`: ds_to_universal writes latest_universal, naming the folder it wrote,
     when it has finished (and that folder is in place)."""
@@ -168,8 +183,18 @@ def is_universal(checkpoint: Path) -> bool:
     return latest.is_file() and (checkpoint / latest.read_text().strip()).is_dir()
 
 
-def needs_universal_load(checkpoint: Path, world_size: int) -> bool:
-    """Whether resuming checkpoint with world_size ranks loads its universal form; one line if it cannot."""
+def needs_universal_load(checkpoint: Path, world_size: int, tp_size: int = 1) -> bool:
+    """Whether resuming checkpoint with world_size ranks loads its universal form; one line if it cannot.
+
+    A checkpoint written at another --tp-size is refused: each rank's model states hold its share of the
+    split layers, and zerokit has not shown that a universal checkpoint re-splits them.
+    """
+    if (saved_tp := saved_tp_size(checkpoint)) != tp_size:
+        raise TensorParallelChanged(
+            f"checkpoint {checkpoint} was written with --tp-size {saved_tp}, this run has --tp-size {tp_size}: "
+            f"each rank saved its share of the split layers. Resume with --tp-size {saved_tp}; or restart from "
+            f"its whole weights with a fresh optimizer: `train --model {checkpoint} ...` without --resume"
+        )
     saved = saved_world_size(checkpoint)
     if saved == world_size:
         return False
