@@ -33,7 +33,8 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
 
     ensure_rank_env(os.environ)
     world = int(os.environ["WORLD_SIZE"])
-    layout = check_ranks(options.tp_size, world, int(os.environ.get("LOCAL_WORLD_SIZE") or world), "WORLD_SIZE")
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or world)
+    layout = check_ranks(options.tp_size, world, per_node, "WORLD_SIZE, LOCAL_WORLD_SIZE")
     progress.start(os.environ, collectives=True, trainer_steps=True)  # launch's stall watch, when it asked for one
     warnings.filterwarnings("ignore", category=FutureWarning)
     import torch
