@@ -23,7 +23,7 @@ AUTOTP_UNSUPPORTED = frozenset({"deberta", "flaubert", "fsmt", "gpt2", "led", "l
 
 
 class LayoutRefused(UserError):
-    """A layout the ranks cannot train: every rank finds the same, rank 0 says it."""
+    """A model the ranks cannot split: every rank finds the same after they met, and rank 0 says it."""
 
     every_rank = True
 
@@ -69,20 +69,24 @@ def check_config(tp_size: int, config_name: str, ds_config: Path | None) -> None
 
 def check_ranks(tp_size: int, world: int, per_node: int, source: str) -> Layout:
     """The layout of world ranks, per_node on each node, in groups of tp_size; source names where the counts came
-    from (the flag or the variables) for the one-line refusal."""
+    from (the flag or the variables) for the one-line refusal.
+
+    A plain UserError, which every rank prints: in the ranks this runs before they meet, and a rank that is
+    still starting when launch stops the others on the first one's exit would never print an every-rank error.
+    """
     if tp_size == 1:
         return Layout(tp=1, dp=world)
     if world == 1:
-        raise LayoutRefused(
+        raise UserError(
             f"--tp-size {tp_size} needs {tp_size} ranks at least, this run has 1: add --nproc-per-node {tp_size}"
         )
     if per_node % tp_size:
-        raise LayoutRefused(
+        raise UserError(
             f"--tp-size {tp_size} does not divide the {per_node} ranks per node ({source}): a tensor-parallel "
             f"group must lie within one node; pick a --tp-size that divides {per_node}"
         )
     if world % tp_size:
-        raise LayoutRefused(
+        raise UserError(
             f"--tp-size {tp_size} does not divide the {world} ranks ({source}): pick a --tp-size that divides {world}"
         )
     return Layout(tp=tp_size, dp=world // tp_size)

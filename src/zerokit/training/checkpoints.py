@@ -170,12 +170,6 @@ def saved_tp_size(checkpoint: Path) -> int:
     return len(list((checkpoint / latest.read_text().strip()).glob("mp_rank_*_model_states.pt"))) or 1
 
 
-class TensorParallelChanged(UserError):
-    """Every rank finds the same checkpoint written at another --tp-size; rank 0 says it."""
-
-    every_rank = True
-
-
 def is_universal(checkpoint: Path) -> bool:
     """Converted by `zerokit universal`: ds_to_universal writes latest_universal, naming the folder it wrote,
     when it has finished (and that folder is in place)."""
@@ -190,7 +184,7 @@ def needs_universal_load(checkpoint: Path, world_size: int, tp_size: int = 1) ->
     split layers, and zerokit has not shown that a universal checkpoint re-splits them.
     """
     if (saved_tp := saved_tp_size(checkpoint)) != tp_size:
-        raise TensorParallelChanged(
+        raise UserError(
             f"checkpoint {checkpoint} was written with --tp-size {saved_tp}, this run has --tp-size {tp_size}: "
             f"each rank saved its share of the split layers. Resume with --tp-size {saved_tp}; or restart from "
             f"its whole weights with a fresh optimizer: `train --model {checkpoint} ...` without --resume"
