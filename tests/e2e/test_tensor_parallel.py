@@ -104,6 +104,21 @@ def test_resume_auto_under_tp_continues_on_the_same_curve(runs: Path, env, tp2):
     assert max(abs(g - w) / w for g, w in zip(after, want, strict=True)) < RTOL, (after, want)
 
 
+def test_a_tp2_checkpoint_converted_to_universal_resumes_at_tp1(runs: Path, env, tp2):
+    """`zerokit universal` re-splits a TP=2 checkpoint's layers: 1 rank at TP=1 resumes it on the same curve."""
+    output, _ = tp2
+    moved = runs / "moved"
+    shutil.copytree(output / "checkpoint-10", moved / "checkpoint-10")
+    result = run_zerokit(["universal", str(moved / "checkpoint-10")], env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = trained(runs, env, "moved", 1, 1, "--resume", "auto", "--save_strategy", "no")
+    assert "(its universal form: another rank count)" in result.stdout
+    resumed = json.loads((moved / "trainer_state.json").read_text())["log_history"]
+    after = [e["loss"] for e in resumed if "loss" in e and e["step"] > 10]
+    want = logged_losses(output)[10:]
+    assert max(abs(g - w) / w for g, w in zip(after, want, strict=True)) < RTOL, (after, want)
+
+
 def test_tp2_by_dp2_on_4_ranks_logs_the_losses_of_tp1_by_dp2(runs: Path, env):
     """Two TP groups of 2: the data-parallel pair sees the batches TP=1 x DP=2 sees, as ZeRO's DP ranks."""
     dp2 = runs / "dp2"

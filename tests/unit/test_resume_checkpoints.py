@@ -80,6 +80,9 @@ def test_a_checkpoint_of_another_tp_size_is_refused(tmp_path: Path):
     assert needs_universal_load(path, 2, tp_size=2) is False
     with pytest.raises(UserError, match=r"written with --tp-size 2, this run has --tp-size 1.*Resume with --tp-size 2"):
         needs_universal_load(path, 2)
+    (path / "global_step5_universal").mkdir()
+    (path / "latest_universal").write_text("global_step5_universal")
+    assert needs_universal_load(path, 2) is True and needs_universal_load(path, 1) is True  # converted: re-split
 
 
 def test_publish_replaces_an_older_checkpoint_of_the_same_step(tmp_path: Path):

@@ -178,22 +178,22 @@ def is_universal(checkpoint: Path) -> bool:
 
 
 def needs_universal_load(checkpoint: Path, world_size: int, tp_size: int = 1) -> bool:
-    """Whether resuming checkpoint with world_size ranks loads its universal form; one line if it cannot.
-
-    A checkpoint written at another --tp-size is refused: each rank's model states hold its share of the
-    split layers, and zerokit has not shown that a universal checkpoint re-splits them.
-    """
-    if (saved_tp := saved_tp_size(checkpoint)) != tp_size:
-        raise UserError(
-            f"checkpoint {checkpoint} was written with --tp-size {saved_tp}, this run has --tp-size {tp_size}: "
-            f"each rank saved its share of the split layers. Resume with --tp-size {saved_tp}; or restart from "
-            f"its whole weights with a fresh optimizer: `train --model {checkpoint} ...` without --resume"
-        )
-    saved = saved_world_size(checkpoint)
-    if saved == world_size:
+    """Whether resuming checkpoint with world_size ranks in tensor-parallel groups of tp_size loads its universal
+    form; one line if it cannot. Each rank's files hold its shard of the optimizer state and, under tensor
+    parallelism, of the split layers: another rank count or --tp-size needs the universal form, which
+    `zerokit universal` writes (a TP=2 checkpoint so converted resumes at TP=1 on the same curve: issue 29)."""
+    saved, saved_tp = saved_world_size(checkpoint), saved_tp_size(checkpoint)
+    if saved == world_size and saved_tp == tp_size:
         return False
     if is_universal(checkpoint):
         return True
+    if saved_tp != tp_size:
+        raise UserError(
+            f"checkpoint {checkpoint} was written with --tp-size {saved_tp}, this run has --tp-size {tp_size}: each "
+            f"rank saved its share of the split layers. Resume with --tp-size {saved_tp}; or convert it once, "
+            f"`zerokit universal {checkpoint}`, and resume with another; or restart from its whole weights with a "
+            f"fresh optimizer: `train --model {checkpoint} ...` without --resume"
+        )
     raise UserError(
         f"checkpoint {checkpoint} was written by {saved} ranks, this run has {world_size}: its optimizer "
         f"state is sharded per rank. Resume with {saved} ranks; or convert it once, `zerokit universal "
