@@ -3,6 +3,7 @@ checked without torch, torch never imported (a stand-in `torch` that fails on im
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -48,6 +49,36 @@ def test_train_refuses_bad_flags_before_torch(tmp_path: Path, no_torch_env, flag
     assert says in line
     assert "prepare" not in line  # a path is never sent to the Hub
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "environ", "says"),
+    [
+        (["--tp-size", "2", "--config", "none"], {}, "--tp-size 2 needs DeepSpeed (its AutoTP splits the model)"),
+        (["--tp-size", "2", "--config", "zero3"], {}, "--tp-size 2 with ZeRO-3 (--config zero3): the Trainer"),
+        (["--tp-size", "2", "--model-type", "llama"], {}, "this run has 1: add --nproc-per-node 2"),
+        (["--nproc-per-node", "4", "--model-type", "llama"], {"ZEROKIT_TP_SIZE": "3"}, "--tp-size 3 does not divide "
+         "the 4 ranks per node (--nproc-per-node): a tensor-parallel group must lie within one node"),
+        (["--tp-size", "2", "--model-type", "llama"], {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "6",
+         "LOCAL_WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"},
+         "--tp-size 2 does not divide the 3 ranks per node (WORLD_SIZE, LOCAL_WORLD_SIZE)"),
+        (["--tp-size", "2", "--nproc-per-node", "2"], {}, "AutoTP cannot split gpt2 models (the embedded default"),
+        (["--tp-size", "0"], {}, "--tp-size (ZEROKIT_TP_SIZE) must be at least 1, got 0"),
+    ],
+)  # fmt: skip
+def test_train_refuses_tensor_parallel_layouts_before_torch(tmp_path: Path, no_torch_env, flags, environ, says):
+    """A layout --tp-size cannot train fails before any rank starts (or, under a launcher, before torch)."""
+    line = one_line_error(run_zerokit(train(tmp_path / "out", *flags), {**no_torch_env, **environ}))
+    assert says in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_refuses_a_config_that_sets_tensor_parallelism_itself(tmp_path: Path, no_torch_env):
+    config = tmp_path / "tp.json"
+    config.write_text(json.dumps({"zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2}}))
+    line = one_line_error(run_zerokit(train(tmp_path / "out", "--config", str(config)), no_torch_env))
+    says = "sets tensor_parallel.autotp_size 2, but --tp-size is 1: remove it from the file and pass --tp-size 2"
+    assert says in line
 
 
 def test_train_refuses_empty_and_binary_datasets_before_torch(tmp_path: Path, no_torch_env):

@@ -70,6 +70,21 @@ def test_world_size_mismatch_names_the_ways_on(tmp_path: Path):
     assert needs_universal_load(path, 2) is True and needs_universal_load(path, 4) is False
 
 
+def test_a_checkpoint_of_another_tp_size_is_refused(tmp_path: Path):
+    path = checkpoint(tmp_path, "checkpoint-5", ranks=2)
+    (path / "latest").write_text("global_step5")
+    (path / "global_step5").mkdir()
+    for rank in (0, 1):  # DeepSpeed writes one model-states file per rank of a tensor-parallel group
+        (path / "global_step5" / f"mp_rank_0{rank}_model_states.pt").write_bytes(b"")
+    (path / "global_step5" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"")
+    assert needs_universal_load(path, 2, tp_size=2) is False
+    with pytest.raises(UserError, match=r"written with --tp-size 2, this run has --tp-size 1.*Resume with --tp-size 2"):
+        needs_universal_load(path, 2)
+    (path / "global_step5_universal").mkdir()
+    (path / "latest_universal").write_text("global_step5_universal")
+    assert needs_universal_load(path, 2) is True and needs_universal_load(path, 1) is True  # converted: re-split
+
+
 def test_publish_replaces_an_older_checkpoint_of_the_same_step(tmp_path: Path):
     old = checkpoint(tmp_path, "checkpoint-5")
     written = checkpoint(tmp_path / "tmp-checkpoint-5", "checkpoint-5", ranks=1)

@@ -80,3 +80,11 @@ def test_universal_resume_sets_load_universal():
     config = decoded(ds_config_argument(resolve_ds_config("zero3-offload"), load_universal=True))
     assert config["checkpoint"] == {"load_universal": True}
     assert "torch_adam" not in config["optimizer"]["params"]
+
+
+def test_tensor_parallel_sets_autotp_and_a_whole_model_at_save():
+    config = decoded(ds_config_argument(resolve_ds_config("zero2"), tp_size=2))
+    assert config["tensor_parallel"] == {"autotp_size": 2}
+    assert config["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+    assert config["zero_optimization"]["stage"] == 2
+    assert ds_config_argument(resolve_ds_config("zero2"), tp_size=1) == str(resolve_ds_config("zero2"))

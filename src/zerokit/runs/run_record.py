@@ -110,9 +110,12 @@ class RunRecorder(TrainerCallback):
         config_file: Path | None,
         resume: Path | None,
         rank: int,
+        layout: Mapping[str, int] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
+        """layout: how the ranks divide ({"tp_size": ..., "dp_size": ...}), recorded as "parallelism"."""
         self.output_dir = output_dir
+        self.layout = dict(layout or {})
         self.rank = rank
         self.environ = start_environment(environ)
         self.record: dict = {}
@@ -130,6 +133,7 @@ class RunRecorder(TrainerCallback):
                 "ended_at": None,
                 **environment_facts(self.environ),
                 "launcher": launcher_facts(self.environ),
+                "parallelism": self.layout or None,
                 "deepspeed": deepspeed_section(config_name, config_file, args.deepspeed),
                 "resumed_from": resume_chain(resume),
             }

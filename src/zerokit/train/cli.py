@@ -18,6 +18,7 @@ from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, from_namespace
 from zerokit.train.options import EMBEDDED_DIFFERENCE, HF_DIFFERENCES, TrainOptions
 from zerokit.train.run import train
+from zerokit.train.tensor_parallel import check_config, check_model_type, check_ranks
 from zerokit.training.hf_flags import check_hf_flags
 from zerokit.training.lora import parse_lora
 
@@ -55,7 +56,9 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[Tra
     if not 0 <= options.validation_split_percentage < 100:
         percent = options.validation_split_percentage
         raise UserError(f"--validation-split-percentage must be from 0 to 99, got {percent}")
-    _ = options.ds_config  # a missing or broken DeepSpeed config fails now
+    check_config(options.tp_size, options.config, options.ds_config)  # a missing or broken one fails now too
+    model_type = "gpt2" if options.embedded else options.model_type or ""  # --model's is read in the ranks
+    check_model_type(options.tp_size, model_type, embedded=options.embedded)
     if options.streaming and not options.dataset:
         raise UserError("--streaming needs --dataset (the embedded corpus is small)")
     check_fine_tuning(options)
@@ -140,6 +143,7 @@ def main(argv: list[str]) -> int:
     check_output_dir(options.output_dir, options.overwrite, options.resume)
     check_hub_inputs(options)
     if options.nproc_per_node > 1:
+        check_ranks(options.tp_size, options.nproc_per_node, options.nproc_per_node, "--nproc-per-node")
         from zerokit.launch.cli import run as launch
         from zerokit.launch.config import spawn_config
 

@@ -20,14 +20,15 @@ def load_tokenizer(options: TrainOptions):
     return AutoTokenizer.from_pretrained(options.tokenizer or options.model)
 
 
-def load_model(options: TrainOptions, tokenizer):
-    """from_pretrained for --model; a fresh config for the embedded default, --model-type or --from-scratch."""
-    from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM
+def model_config(options: TrainOptions, tokenizer):
+    """The config of the model to train: --model's, or a fresh one (embedded, --model-type, --from-scratch) fitted
+    to the tokenizer with --config-overrides applied; read before the model is built, so its shape can be checked."""
+    from transformers import CONFIG_MAPPING, AutoConfig
 
     if options.model and not options.from_scratch:
         if options.config_overrides:
             raise UserError("--config-overrides only applies when training from scratch: add --from-scratch")
-        return AutoModelForCausalLM.from_pretrained(options.model)
+        return AutoConfig.from_pretrained(options.model)
     if options.model:
         config = AutoConfig.from_pretrained(options.model)
     elif options.model_type:
@@ -35,9 +36,9 @@ def load_model(options: TrainOptions, tokenizer):
             raise UserError(f"unknown --model-type {options.model_type!r}; e.g. gpt2, llama, mistral, qwen2")
         config = CONFIG_MAPPING[options.model_type]()
     else:
-        from zerokit.training.embedded import model_config
+        from zerokit.training.embedded import model_config as embedded_config
 
-        config = model_config()
+        config = embedded_config()
     fit_to_tokenizer(config, tokenizer)
     if options.config_overrides:
         try:
@@ -47,6 +48,15 @@ def load_model(options: TrainOptions, tokenizer):
                 f"--config-overrides {options.config_overrides!r}: {error}; "
                 'format: "key=value,key=value" with keys of the model config'
             ) from None
+    return config
+
+
+def load_model(options: TrainOptions, config):
+    """from_pretrained for --model; else random weights from config (model_config's)."""
+    from transformers import AutoModelForCausalLM
+
+    if options.model and not options.from_scratch:
+        return AutoModelForCausalLM.from_pretrained(options.model)
     return AutoModelForCausalLM.from_config(config)
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from zerokit.foundations import values
 from zerokit.foundations.flags import flag
 from zerokit.training.ds_configs import CONFIGS_DIR, resolve_ds_config
 from zerokit.training.lora import LORA_FORMAT
@@ -97,6 +98,14 @@ class TrainOptions:
     nproc_per_node: int = flag(
         "--nproc-per-node", default=1, type=int, env=False, help="start this many local ranks (CPU cores or GPUs)"
     )
+    tp_size: int = flag(
+        "--tp-size",
+        default=1,
+        check=values.count,
+        metavar="N",
+        help="tensor parallelism: DeepSpeed AutoTP splits the model over groups of N ranks (within a node); "
+        "the world / N groups are ZeRO's data-parallel ranks (ZeRO 0-2)",
+    )
     resume: str | None = flag(
         "--resume", metavar="auto|PATH", help="resume from a checkpoint; auto: the newest complete one, if any"
     )
@@ -141,7 +150,7 @@ class TrainOptions:
         return self.model is None and self.model_type is None
 
 
-def ds_config_argument(path: Path, *, torch_adam: bool = False, load_universal: bool = False) -> str:
+def ds_config_argument(path: Path, *, torch_adam: bool = False, load_universal: bool = False, tp_size: int = 1) -> str:
     """The `--deepspeed` value: the file as it is, or changed as below, as a base64 JSON string
     (a form HF's DeepSpeed config takes), so the user's file is never rewritten.
 
@@ -152,6 +161,9 @@ def ds_config_argument(path: Path, *, torch_adam: bool = False, load_universal: 
     the step count every time, so a resume is bit-exact. ZeRO-Offload needs DeepSpeed's CPU Adam,
     so such configs keep it.
     load_universal: resume from the checkpoint's universal form (`zerokit universal`).
+    tp_size above 1 (`--tp-size`): DeepSpeed AutoTP in groups of tp_size ranks, and the model gathered
+    whole at save (stage3_gather_16bit_weights_on_model_save, which DeepSpeed reads under TP at any ZeRO
+    stage), so the output folder holds one model.safetensors, not one shard per rank.
     """
     config = json.loads(path.read_text())
     changed = False
@@ -159,6 +171,11 @@ def ds_config_argument(path: Path, *, torch_adam: bool = False, load_universal: 
     offload = config.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
     if torch_adam and str(optimizer.get("type", "")).lower() in {"adam", "adamw"} and offload == "none":
         config["optimizer"] = {**optimizer, "params": {**optimizer.get("params", {}), "torch_adam": True}}
+        changed = True
+    if tp_size > 1:
+        config["tensor_parallel"] = {**config.get("tensor_parallel", {}), "autotp_size": tp_size}
+        gather = {"stage3_gather_16bit_weights_on_model_save": True}
+        config["zero_optimization"] = {**config.get("zero_optimization", {}), **gather}
         changed = True
     if load_universal:
         config["checkpoint"] = {**config.get("checkpoint", {}), "load_universal": True}

@@ -16,12 +16,13 @@ from pathlib import Path
 
 from zerokit.foundations.errors import RunFailure, UserError
 from zerokit.train.blocks import block_length, load_datasets
-from zerokit.train.model import fine_tuning, load_model, load_tokenizer
+from zerokit.train.model import fine_tuning, load_model, load_tokenizer, model_config
 from zerokit.train.options import (
     TrainOptions,
     ds_config_argument,
     training_defaults,
 )
+from zerokit.train.tensor_parallel import check_model, check_ranks
 
 
 def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
@@ -31,6 +32,9 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     from zerokit.launch.environment import ensure_rank_env
 
     ensure_rank_env(os.environ)
+    world = int(os.environ["WORLD_SIZE"])
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or world)
+    layout = check_ranks(options.tp_size, world, per_node, "WORLD_SIZE, LOCAL_WORLD_SIZE")
     progress.start(os.environ, collectives=True, trainer_steps=True)  # launch's stall watch, when it asked for one
     warnings.filterwarnings("ignore", category=FutureWarning)
     import torch
@@ -46,7 +50,7 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
     skipped: list[str] = []
     resume = resolve_resume(options.resume, options.output_dir, skipped)
-    universal = bool(resume) and needs_universal_load(resume, int(os.environ["WORLD_SIZE"]))
+    universal = bool(resume) and needs_universal_load(resume, world, options.tp_size)
 
     on_gpu = torch.cuda.is_available()
     parser = HfArgumentParser(TrainingArguments, allow_abbrev=False)
@@ -56,7 +60,9 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     forced = ["--output_dir", str(options.output_dir)]
     if options.ds_config:
         torch_adam = options.deterministic and not on_gpu
-        config = ds_config_argument(options.ds_config, torch_adam=torch_adam, load_universal=universal)
+        config = ds_config_argument(
+            options.ds_config, torch_adam=torch_adam, load_universal=universal, tp_size=options.tp_size
+        )
         forced += ["--deepspeed", config]
     if not on_gpu:
         forced += ["--use_cpu", "true"]
@@ -68,15 +74,17 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     mark("arguments")
     join_process_group(args, deepspeed=options.ds_config is not None)
     mark("process_group")
+    tokenizer = load_tokenizer(options)
+    mark("tokenizer")
+    config = model_config(options, tokenizer)
+    check_model(options.tp_size, config)  # every rank alike, before anything is written
     record = claim_output_dir(options, resume, args.process_index)
     if args.full_determinism:
         enable_full_determinism(args.seed)
     else:
         set_seed(args.seed)
 
-    tokenizer = load_tokenizer(options)
-    mark("tokenizer")
-    model = fine_tuning(options, load_model(options, tokenizer), args)
+    model = fine_tuning(options, load_model(options, config), args)
     mark("model")
     check_free_space(options.output_dir, model, saves_checkpoints=args.save_strategy != "no")
     datasets = load_datasets(options, tokenizer, model, args)
@@ -94,6 +102,7 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
             config_file=options.ds_config,
             resume=resume,
             rank=args.process_index,
+            layout={"tp_size": layout.tp, "dp_size": layout.dp},
         )
     )
 
@@ -112,6 +121,7 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
         for note in skipped:
             print(f"zerokit: {note}", file=sys.stderr, flush=True)
         print(_resume_message(options, resume, universal), flush=True)
+        print(layout.describe(args.per_device_train_batch_size, args.gradient_accumulation_steps), flush=True)
     try:
         return train_and_save(options, trainer, resume, preemption, datasets, record, on_gpu)
     except RunFailure:

@@ -161,6 +161,15 @@ def saved_world_size(checkpoint: Path) -> int:
     return len(list(checkpoint.glob("rng_state_*.pth"))) or 1
 
 
+def saved_tp_size(checkpoint: Path) -> int:
+    """Tensor-parallel ranks that wrote the checkpoint: DeepSpeed saves one mp_rank_<r>_model_states.pt per
+    rank of a tensor-parallel group (1 without tensor parallelism, or without DeepSpeed)."""
+    latest = checkpoint / "latest"
+    if not latest.is_file():
+        return 1
+    return len(list((checkpoint / latest.read_text().strip()).glob("mp_rank_*_model_states.pt"))) or 1
+
+
 def is_universal(checkpoint: Path) -> bool:
     """Converted by `zerokit universal`: ds_to_universal writes latest_universal, naming the folder it wrote,
     when it has finished (and that folder is in place)."""
@@ -168,13 +177,23 @@ def is_universal(checkpoint: Path) -> bool:
     return latest.is_file() and (checkpoint / latest.read_text().strip()).is_dir()
 
 
-def needs_universal_load(checkpoint: Path, world_size: int) -> bool:
-    """Whether resuming checkpoint with world_size ranks loads its universal form; one line if it cannot."""
-    saved = saved_world_size(checkpoint)
-    if saved == world_size:
+def needs_universal_load(checkpoint: Path, world_size: int, tp_size: int = 1) -> bool:
+    """Whether resuming checkpoint with world_size ranks in tensor-parallel groups of tp_size loads its universal
+    form; one line if it cannot. Each rank's files hold its shard of the optimizer state and, under tensor
+    parallelism, of the split layers: another rank count or --tp-size needs the universal form, which
+    `zerokit universal` writes (a TP=2 checkpoint so converted resumes at TP=1 on the same curve: issue 29)."""
+    saved, saved_tp = saved_world_size(checkpoint), saved_tp_size(checkpoint)
+    if saved == world_size and saved_tp == tp_size:
         return False
     if is_universal(checkpoint):
         return True
+    if saved_tp != tp_size:
+        raise UserError(
+            f"checkpoint {checkpoint} was written with --tp-size {saved_tp}, this run has --tp-size {tp_size}: each "
+            f"rank saved its share of the split layers. Resume with --tp-size {saved_tp}; or convert it once, "
+            f"`zerokit universal {checkpoint}`, and resume with another; or restart from its whole weights with a "
+            f"fresh optimizer: `train --model {checkpoint} ...` without --resume"
+        )
     raise UserError(
         f"checkpoint {checkpoint} was written by {saved} ranks, this run has {world_size}: its optimizer "
         f"state is sharded per rank. Resume with {saved} ranks; or convert it once, `zerokit universal "

@@ -1,0 +1,123 @@
+"""`--tp-size N`: DeepSpeed AutoTP tensor parallelism in groups of N ranks x ZeRO data parallelism across them.
+
+Ranks 0..N-1 form the first tensor-parallel group, N..2N-1 the next (DeepSpeed's layout), so a group never
+spans nodes when N divides the ranks per node. Each group splits every attention and MLP projection over
+its N ranks and sees one stream of batches (accelerate hands every rank of a group the same batch); the
+DP = world / N groups are ZeRO 0-2's data-parallel ranks. The layouts that DeepSpeed or the Trainer
+would fail on late, with a traceback, or split unevenly are refused here first, in one line naming the fix:
+the config (`check_config`, before torch), the rank counts (`check_ranks`, before any rank starts and again
+in each rank) and the model (`check_model`, on every rank, before the model is built).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from zerokit.foundations.errors import UserError
+
+# The model types DeepSpeed's AutoTP cannot split (AutoTP.supported, deepspeed/module_inject/auto_tp.py):
+# their layers are not nn.Linear (GPT-2's Conv1D) or their attention is fused in ways AutoTP does not parse.
+AUTOTP_UNSUPPORTED = frozenset({"deberta", "flaubert", "fsmt", "gpt2", "led", "longformer", "xlm", "xlnet"})
+
+
+class LayoutRefused(UserError):
+    """A model the ranks cannot split: every rank finds the same after they met, and rank 0 says it."""
+
+    every_rank = True
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a run's ranks divide: tp ranks per tensor-parallel group, dp groups (data-parallel ranks)."""
+
+    tp: int
+    dp: int
+
+    def describe(self, per_device_batch: int, accumulation: int) -> str:
+        """The start-up line: the layout and the global batch it makes (samples per optimizer step)."""
+        ranks = self.tp * self.dp
+        return (
+            f"zerokit: {ranks} rank{'s' if ranks > 1 else ''} = tensor parallel {self.tp} x data parallel {self.dp}; "
+            f"global batch {per_device_batch * accumulation * self.dp} = {per_device_batch} per rank x "
+            f"{self.dp} data-parallel x {accumulation} accumulation (the {self.tp} ranks of a group share a batch)"
+        )
+
+
+def check_config(tp_size: int, config_name: str, ds_config: Path | None) -> None:
+    """--tp-size against the DeepSpeed config: AutoTP needs DeepSpeed, and ZeRO 0-2; the file must not set it apart."""
+    if ds_config is None:
+        if tp_size > 1:
+            raise UserError(f"--tp-size {tp_size} needs DeepSpeed (its AutoTP splits the model): drop --config none")
+        return
+    config = json.loads(ds_config.read_text())
+    in_file = (config.get("tensor_parallel") or {}).get("autotp_size", 1)
+    if in_file not in (1, tp_size):
+        raise UserError(
+            f"DeepSpeed config {ds_config} sets tensor_parallel.autotp_size {in_file}, but --tp-size is {tp_size}: "
+            f"remove it from the file and pass --tp-size {in_file}, so the layout is checked before the ranks start"
+        )
+    stage = (config.get("zero_optimization") or {}).get("stage", 0)
+    if tp_size > 1 and stage == 3:
+        raise UserError(
+            f"--tp-size {tp_size} with ZeRO-3 (--config {config_name}): the Trainer builds a ZeRO-3 model "
+            "through from_pretrained's partitioned path, which refuses tensor parallelism (NotImplementedError); "
+            "use ZeRO 0-2, e.g. --config zero2"
+        )
+
+
+def check_ranks(tp_size: int, world: int, per_node: int, source: str) -> Layout:
+    """The layout of world ranks, per_node on each node, in groups of tp_size; source names where the counts came
+    from (the flag or the variables) for the one-line refusal.
+
+    A plain UserError, which every rank prints: in the ranks this runs before they meet, and a rank that is
+    still starting when launch stops the others on the first one's exit would never print an every-rank error.
+    """
+    if tp_size == 1:
+        return Layout(tp=1, dp=world)
+    if world == 1:
+        raise UserError(
+            f"--tp-size {tp_size} needs {tp_size} ranks at least, this run has 1: add --nproc-per-node {tp_size}"
+        )
+    if per_node % tp_size:
+        raise UserError(
+            f"--tp-size {tp_size} does not divide the {per_node} ranks per node ({source}): a tensor-parallel "
+            f"group must lie within one node; pick a --tp-size that divides {per_node}"
+        )
+    if world % tp_size:
+        raise UserError(
+            f"--tp-size {tp_size} does not divide the {world} ranks ({source}): pick a --tp-size that divides {world}"
+        )
+    return Layout(tp=tp_size, dp=world // tp_size)
+
+
+def check_model_type(tp_size: int, model_type: str, *, embedded: bool = False, error=UserError) -> None:
+    """Whether AutoTP can split models of this type at all; the `train` command asks it before any rank starts
+    where the type is known without torch (the embedded default, a GPT-2; --model-type)."""
+    if tp_size > 1 and model_type in AUTOTP_UNSUPPORTED:
+        default = " (the embedded default model is GPT-2)" if embedded else ""
+        raise error(
+            f"--tp-size {tp_size}: DeepSpeed's AutoTP cannot split {model_type} models{default}; "
+            "train e.g. a Llama, Mistral or Qwen2 (--model-type llama, or --model of that type)"
+        )
+
+
+def check_model(tp_size: int, config) -> None:
+    """Whether AutoTP can split a model of this (transformers) config evenly over tp_size ranks."""
+    if tp_size == 1:
+        return
+    text = config.get_text_config()
+    check_model_type(tp_size, text.model_type, error=LayoutRefused)
+    heads = getattr(text, "num_attention_heads", None)
+    sizes = {
+        "attention heads (num_attention_heads)": heads,
+        "key-value heads (num_key_value_heads)": getattr(text, "num_key_value_heads", None) or heads,
+        "hidden size (hidden_size)": getattr(text, "hidden_size", None),
+    }
+    for what, size in sizes.items():
+        if size is not None and size % tp_size:
+            raise LayoutRefused(
+                f"--tp-size {tp_size} does not divide the model's {size} {what}: each rank takes an equal share; "
+                f"pick a --tp-size that divides it"
+            )
