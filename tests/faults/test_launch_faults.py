@@ -145,6 +145,21 @@ def test_a_failed_rank_is_named_and_the_others_children_end_too(env, marker):
     assert strays(marker) == []
 
 
+def test_a_usage_error_on_every_rank_is_printed_by_rank_0_even_when_another_rank_ends_first(env, marker):
+    """Exit 2 is bad input that every rank meets (rank 0 says it): the others get time to end on their own,
+    so rank 0 is not stopped on its way to its one line; a rank that hangs after it is still stopped."""
+    script = f'if [ "$RANK" = 0 ]; then sleep 2; echo "error: bad input, named once"; exit 2; fi; exit 2 # {marker}'
+    result = run_zerokit(["launch", "--nproc-per-node", "2", "--", "sh", "-c", script], env, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "error: bad input, named once" in result.stdout
+    assert "stopping the other ranks" not in result.stderr
+    hang = f'if [ "$RANK" = 0 ]; then sleep 555.{marker}; fi; exit 2'
+    started = time.monotonic()
+    result = run_zerokit(["launch", "--nproc-per-node", "2", "--stop-grace", "1", "--", "sh", "-c", hang], env)
+    assert result.returncode == 2 and "rank 1 (local 1) exited with 2; stopping the other ranks" in result.stderr
+    assert time.monotonic() - started < BOUND and strays(marker) == []
+
+
 def test_a_rank_stuck_when_another_fails_is_killed_after_the_grace(tmp_path, env, marker):
     """A rank that ignores SIGTERM (stuck in a collective) does not keep the job alive."""
     wait_for_rank_0 = f"while [ ! -e {tmp_path}/ready-0 ]; do sleep 0.05; done"

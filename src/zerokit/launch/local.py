@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerokit.foundations.errors import UserError
 from zerokit.launch.progress import STALL_EXIT_CODE
 from zerokit.launch.stall import StallWatch, Watched
 
@@ -47,6 +48,11 @@ DEFAULT_STOP_GRACE = 15.0  # seconds; under Slurm's default KillWait (30 s)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 POLL_SECONDS = 0.1
+# A rank that exits with UserError's code met bad input that every rank meets alike, and rank 0 names it in
+# one line: the others get this long to end on their own before they are stopped, or rank 0 could be
+# stopped on its way to that line (a rank that fails before the others have even started, say).
+USAGE_GRACE = 10.0
+USAGE_EXIT_CODE = UserError.exit_code
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 OUTPUT_DIR_FLAGS = ("--output_dir", "--output-dir")  # HF's TrainingArguments, zerokit train's
 # The weights save_model writes: whole, sharded (the index), legacy (.bin), or a LoRA adapter's.
@@ -179,6 +185,7 @@ class Supervisor:
         self.deadline: float | None = None  # when ranks still running get SIGKILL
         self.stopped_by = ""  # the signal the deadline counts from, for messages
         self.exited: set[Rank] = set()  # the ranks whose exit was seen
+        self.usage_wait: float | None = None  # until when the others may end on their own (USAGE_GRACE)
 
     def on_signal(self, signum: int, _frame: object) -> None:
         self.received.append(signum)
@@ -196,6 +203,8 @@ class Supervisor:
                 self._check_stall(self.stall)
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 self._kill_stragglers()
+            if self.usage_wait is not None and time.monotonic() >= self.usage_wait and self.deadline is None:
+                self._stop_others(self.failure)
             time.sleep(POLL_SECONDS)
 
     def _handle_signals(self) -> None:
@@ -238,13 +247,20 @@ class Supervisor:
                 continue
             self.failure = rank
             others = [other for other in self.ranks if other.running()]
-            if others and self.deadline is None:
-                say(f"{rank.label} {describe_exit(returncode)}; stopping the other ranks")
-                for other in others:
-                    other.send(signal.SIGTERM)
-                self._arm("SIGTERM")
+            if others and self.deadline is None and returncode == USAGE_EXIT_CODE:
+                self.usage_wait = time.monotonic() + USAGE_GRACE
+            elif others and self.deadline is None:
+                self._stop_others(rank)
             elif others or death_line(rank) is None:  # else the last to end: its one line follows at once
                 say(f"{rank.label} {describe_exit(returncode)}")
+
+    def _stop_others(self, failed: Rank) -> None:
+        """A rank failed: the others get SIGTERM now, and SIGKILL after the grace."""
+        say(f"{failed.label} {describe_exit(failed.process.returncode)}; stopping the other ranks")
+        for other in self.ranks:
+            if other.running():
+                other.send(signal.SIGTERM)
+        self._arm("SIGTERM")
 
     def _kill_stragglers(self) -> None:
         stragglers = [rank for rank in self.ranks if rank.running() and not rank.killed]
