@@ -38,6 +38,7 @@ def train(out: Path, *args: str) -> list[str]:
     [
         (["--lerning_rate", "1e-4"], "unknown flag --lerning_rate: did you mean --learning_rate?"),
         (["--learning_rat", "1e-4"], "unknown flag --learning_rat: did you mean --learning_rate?"),
+        (["--block_size", "32"], "unknown flag --block_size: did you mean --block-size?"),  # zerokit's, as spelled
         (["--max_steps", "-5"], "--max_steps -5: must be at least 1"),
         (["--block-size", "0"], "--block-size must be at least 1"),
         (["--model", "/no/such/dir"], "--model /no/such/dir: no such folder"),

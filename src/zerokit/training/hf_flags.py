@@ -74,9 +74,11 @@ def check_hf_flags(argv: list[str], own_flags: list[str]) -> None:
 
 
 def unknown_flag_message(flag: str, names: frozenset[str], own_flags: list[str]) -> str:
-    known = sorted(names | {f.lstrip("-").replace("-", "_") for f in own_flags})
+    # A name as the user would type it: HF's with underscores, zerokit's own as spelled (--block-size).
+    spelled = {f.lstrip("-").replace("-", "_"): f for f in own_flags if f.startswith("--")}
+    known = sorted(names | set(spelled))
     close = difflib.get_close_matches(flag.lstrip("-").replace("-", "_"), known, n=1)
-    hint = f"did you mean --{close[0]}? " if close else ""
+    hint = f"did you mean {spelled.get(close[0], '--' + close[0])}? " if close else ""
     return f"unknown flag {flag}: {hint}(`train --help` lists zerokit's flags; every TrainingArguments field is one)"
 
 
