@@ -1,4 +1,5 @@
-"""A ZeRO-3 checkpoint of 2 ranks, converted with `zerokit universal`, resumes on 1 rank on the same curve.
+"""A ZeRO-2 or ZeRO-3 checkpoint of 2 ranks, converted with `zerokit universal`, resumes on 1 rank on the same
+curve (ZeRO-2, the default: the Trainer saves no universal_checkpoint_info, which universal injects).
 
 The global batch is kept (1 x 16 = 2 x 8) and dropout is off (each rank draws its own masks), so
 the resumed run must follow the uninterrupted 2-rank run step for step: weights, optimizer state,
@@ -17,17 +18,18 @@ from tests.conftest import logged_losses, run_zerokit
 NO_DROPOUT = "resid_pdrop=0,embd_pdrop=0,attn_pdrop=0"
 
 
-def train_argv(output: Path, ranks: int, steps: int, *extra: str) -> list[str]:
+def train_argv(output: Path, ranks: int, steps: int, *extra: str, config: str = "zero3") -> list[str]:
     return [
-        "train", "--config", "zero3", "--nproc-per-node", str(ranks), "--output-dir", str(output),
+        "train", "--config", config, "--nproc-per-node", str(ranks), "--output-dir", str(output),
         "--max_steps", str(steps), "--per_device_train_batch_size", str(16 // ranks), "--logging_steps", "1",
         "--seed", "7", "--config-overrides", NO_DROPOUT, "--save_strategy", "steps", "--save_steps", "10", *extra,
     ]  # fmt: skip
 
 
-def test_two_rank_checkpoint_resumes_on_one_rank_after_conversion(tmp_path: Path, zk_env):
+@pytest.mark.parametrize("config", ["zero2", "zero3"])
+def test_two_rank_checkpoint_resumes_on_one_rank_after_conversion(tmp_path: Path, zk_env, config: str):
     baseline = tmp_path / "baseline"
-    result = run_zerokit(train_argv(baseline, 2, 20), zk_env)
+    result = run_zerokit(train_argv(baseline, 2, 20, config=config), zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
     # The uninterrupted run's own checkpoint at step 10, copied: what a run stopped there would have left.
     checkpoint = tmp_path / "stopped" / "checkpoint-10"
@@ -42,7 +44,7 @@ def test_two_rank_checkpoint_resumes_on_one_rank_after_conversion(tmp_path: Path
     assert len(list((checkpoint / "global_step10").glob("*optim_states.pt"))) == 2  # the shards are kept
 
     run = tmp_path / "run"
-    result = run_zerokit(train_argv(run, 1, 20, "--resume", str(checkpoint)), zk_env)
+    result = run_zerokit(train_argv(run, 1, 20, "--resume", str(checkpoint), config=config), zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resuming from {checkpoint} (its universal form" in result.stdout
     resumed, expected = logged_losses(run), logged_losses(baseline)

@@ -42,6 +42,7 @@ def convert(checkpoint: Path) -> Path:
     with built_beside(target, "universal", "checkpoint") as partial:  # one conversion at a time, whole or none
         command = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal"]
         command += ["--input_folder", str(checkpoint / tag), "--output_folder", str(partial)]
+        command += ["--inject_missing_state"]  # the Trainer saves no universal_checkpoint_info under ZeRO-1/2
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0 or not (checkpoint / "latest_universal").is_file():
             log = checkpoint / "universal-conversion.log"
