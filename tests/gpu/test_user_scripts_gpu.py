@@ -1,6 +1,7 @@
-"""transformers' run_clm-style script, unmodified, under `launch` on every GPU of this node with ZeRO-3: one
-job (each rank reports the world size), loss falling; the bootstrap's nccl path (set_device, then the
-process group). Run it in a CUDA environment: `ZEROKIT_STACK=cuda13 pytest -m gpu`. Needs 2 GPUs or more."""
+"""Users' scripts, unmodified, under `launch` on every GPU of this node: transformers' run_clm-style script with
+ZeRO-3 (and DDP), and an accelerate loop with a DeepSpeedPlugin (ZeRO-2, ZeRO-3): one job (each rank reports
+the world size), loss falling; the bootstrap's nccl path (set_device, then the process group). Run it in a
+CUDA environment: `ZEROKIT_STACK=cuda13 pytest -m gpu`. Needs 2 GPUs or more."""
 
 from __future__ import annotations
 
@@ -32,3 +33,20 @@ def test_run_clm_trains_as_one_job_on_the_gpus(inputs, zk_env, tmp_path, extra):
     assert {f"run_clm: rank {r} of world size {gpus}" for r in range(gpus)} <= set(log.splitlines())
     losses = [float(x) for x in LOSS.findall(result.stdout)]
     assert len(losses) >= 4 and losses[-1] < losses[0], losses
+
+
+@pytest.mark.parametrize("stage", ["2", "3"])
+def test_an_accelerate_loop_trains_with_deepspeed_on_the_gpus(zk_env, tmp_path, stage):
+    """A user's Accelerator loop with a DeepSpeedPlugin: accelerate's own GPU path (nccl), DeepSpeed used."""
+    gpus = torch.cuda.device_count()
+    script = REPO / "tests" / "users" / "accelerate_loop.py"
+    argv = ["launch", "--nproc-per-node", str(gpus), "--", "python", str(script), "--zero-stage", stage]
+    result = subprocess.run(
+        [sys.executable, "-m", "zerokit", *argv], env=zk_env, cwd=tmp_path, capture_output=True, text=True, timeout=900
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert {f"accelerate_loop: rank {r} of world size {gpus}" for r in range(gpus)} <= set(log.splitlines())
+    assert "accelerate_loop: deepspeed True" in result.stdout.splitlines()
+    losses = [float(x) for x in LOSS.findall(result.stdout)]
+    assert len(losses) >= 4 and losses[-1] < 0.9 * losses[0], losses
