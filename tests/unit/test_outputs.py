@@ -58,10 +58,10 @@ def test_a_second_run_into_a_locked_folder_fails_at_once(tmp_path: Path):
     import sys
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from zerokit import outputs; "
+        [sys.executable, "-c", "import sys, time; from zerokit.training import outputs; "
          f"outputs.hold_lock(__import__('pathlib').Path({str(tmp_path)!r}), 'train'); print('held', flush=True); "
          "time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(Path(outputs.__file__).parents[1])},
+        stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(Path(outputs.__file__).parents[2])},
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "held"
