@@ -38,13 +38,17 @@ RECORDED_PREFIXES = (
 RECORDED_NAMES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LD_PRELOAD", "PYTHONHASHSEED")
 # Never recorded, whatever the prefix: a record is shared with results.
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-# Set for each run by the launcher, by train itself (zerokit.launch.plan, zerokit.runs.offline) or by the
+# Set for each run by the launcher, by train itself (zerokit.launch.plan and .stall, zerokit.runs.offline) or by the
 # libraries it imports before starting ranks (torch, accelerate and DeepSpeed set the NVML one): recorded,
 # compared only when set now too (doctor runs outside the job, where none of them has set them yet).
 RUN_SET_NAMES = (
     "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "OMP_NUM_THREADS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
-    "ZEROKIT_STARTUP_MARKS", "PYTORCH_NVML_BASED_CUDA_CHECK",
+    "ZEROKIT_STARTUP_MARKS", "PYTORCH_NVML_BASED_CUDA_CHECK", "LOCAL_SIZE",
+    # launch's stall watch and, on GPUs, PyTorch's NCCL flight recorder (zerokit.launch.stall)
+    "ZEROKIT_STALL_TIMEOUT", "ZEROKIT_STALL_DIR", "ZEROKIT_STALL_STACKS", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE",
+    "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
 )  # fmt: skip
 # Where caches and homes are: recorded, never a difference (they do not change what is computed).
 LOCATION_NAMES = (
