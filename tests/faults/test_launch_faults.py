@@ -53,12 +53,17 @@ signal.signal(signal.SIGTERM, stop)
 (out / ("ready-" + rank)).touch()
 time.sleep(600)
 """
-# A rank that takes Slurm's warning (SIGUSR1) as a note and goes on past the grace.
+# A rank that takes Slurm's warning (SIGUSR1) as a note and goes on past the grace after it (however late
+# the warning comes on a loaded machine: it waits for it, a minute at most).
 WARNED_RANK = f"""
 import os, pathlib, signal, sys, time
 out, rank = pathlib.Path(sys.argv[1]), os.environ["RANK"]
-signal.signal(signal.SIGUSR1, lambda signum, frame: (out / ("warned-" + rank)).touch())
+warned = out / ("warned-" + rank)
+signal.signal(signal.SIGUSR1, lambda signum, frame: warned.touch())
 (out / ("ready-" + rank)).touch()
+deadline = time.monotonic() + 60
+while not warned.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
 time.sleep({GRACE + 2})
 """
 
