@@ -21,8 +21,19 @@ from zerokit.training.model_source import is_path, require_model_folder, require
 
 
 def main(argv: list[str]) -> int:
-    for warning in (signal.SIGUSR1, signal.SIGUSR2):  # a scheduler's warning, passed on by launch: each batch
-        signal.signal(warning, signal.SIG_IGN)  # is on disk as it ends, so there is nothing to save (or to die of)
+    # A scheduler's warning, passed on by launch: each batch is on disk as it ends, so there is nothing to save
+    # (or to die of). A no-op handler, not SIG_IGN: an ignored signal stays ignored in every process started
+    # after it (an in-process caller's launch would then drop Slurm's warning), and the handler is put back.
+    warnings = (signal.SIGUSR1, signal.SIGUSR2)
+    previous = {warning: signal.signal(warning, lambda signum, frame: None) for warning in warnings}
+    try:
+        return run(argv)
+    finally:
+        for warning, handler in previous.items():
+            signal.signal(warning, handler)
+
+
+def run(argv: list[str]) -> int:
     with alike_on_every_rank():
         options = parse(argv)
         rows = read_rows(options)
