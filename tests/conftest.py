@@ -7,9 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from zerokit.cluster.shm_segments import PREFIX, SHM_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,3 +66,27 @@ def default_stop_signals() -> None:
     """
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
+
+
+def deepspeed_segments() -> set[Path]:
+    return set(SHM_DIR.glob(f"{PREFIX}_*"))
+
+
+@pytest.fixture(scope="session")
+def segments_at_start() -> set[Path]:
+    return deepspeed_segments()
+
+
+@pytest.fixture(autouse=True)
+def no_shared_memory_left_behind(segments_at_start: set[Path]):
+    """Every run the suite starts removes DeepSpeed's all-reduce segments from /dev/shm (zerokit.cluster.shm_segments):
+    a test (or a fixture it uses) that leaves one fails, and what it left is removed. A run that is still ending
+    (a job cancelled in its stop grace) gets 20 s."""
+    yield
+    deadline = time.monotonic() + 20
+    while (left := deepspeed_segments() - segments_at_start) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if left:
+        for segment in left:
+            segment.unlink(missing_ok=True)
+        pytest.fail(f"{len(left)} DeepSpeed all-reduce segment(s) left in /dev/shm: {sorted(s.name for s in left)}")

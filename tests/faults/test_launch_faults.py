@@ -211,6 +211,27 @@ def test_a_rank_killed_by_a_signal_exits_128_plus_its_number(env, marker, signum
     assert strays(marker) == []
 
 
+def test_ranks_killed_after_deepspeed_started_leave_no_memory_in_dev_shm(tmp_path, env):
+    """DeepSpeed's CPU all-reduce makes a 66 MiB segment in /dev/shm per rank and never removes it. A program
+    that launch runs as it is (not through zerokit's user_script, which removes its own at start), killed:
+    launch removes what its ranks left (zerokit.cluster.shm_segments)."""
+    script = tmp_path / "ds_then_killed"  # no .py: launch runs it as it is
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import os, pathlib, signal, sys, deepspeed\n"
+        "deepspeed.init_distributed(dist_backend='gloo')\n"
+        "pathlib.Path(sys.argv[1], 'segments-' + os.environ['RANK']).write_text(\n"
+        "    ' '.join(p.name for p in pathlib.Path('/dev/shm').glob('deepspeed_allreduce_buffer_*')))\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    script.chmod(0o755)
+    result = run_zerokit(["launch", "--nproc-per-node", "2", "--", str(script), str(tmp_path)], env)
+    assert result.returncode == 128 + signal.SIGKILL, result.stderr
+    made = {name for rank in "01" for name in (tmp_path / f"segments-{rank}").read_text().split()}
+    assert made, result.stderr
+    assert [name for name in made if Path("/dev/shm", name).exists()] == []
+
+
 @pytest.mark.parametrize("nproc", ["1", "2"])
 def test_a_missing_command_exits_127_in_one_line(env, marker, nproc):
     """Cases 12 and 13: no traceback, and no rank starts."""

@@ -8,6 +8,7 @@ import resource
 from collections.abc import Callable
 from pathlib import Path
 
+from zerokit.cluster.shm_segments import PREFIX, orphaned_segments
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, warn
 
@@ -77,16 +78,32 @@ def check_shm(ctx: Context, *, path: Path = Path("/dev/shm")) -> list[CheckResul
     size, free = stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
     detail = f"{path}: {size / GIB:.1f} GiB, {free / GIB:.1f} GiB free"
     if size < SHM_MINIMUM:
-        return [fail(name, f"{path}: {size / MIB:.0f} MiB, less than {SHM_MINIMUM // GIB} GiB", fix)]
-    if free < SHM_MINIMUM:
-        return [
-            warn(
-                name,
-                f"{detail}: less than {SHM_MINIMUM // GIB} GiB free",
-                f"free {path} (stale files of earlier runs?) or enlarge it",
-            )
-        ]
-    return [ok(name, detail)]
+        row = fail(name, f"{path}: {size / MIB:.0f} MiB, less than {SHM_MINIMUM // GIB} GiB", fix)
+    elif free < SHM_MINIMUM:
+        row = warn(
+            name,
+            f"{detail}: less than {SHM_MINIMUM // GIB} GiB free",
+            f"free {path} (stale files of earlier runs?) or enlarge it",
+        )
+    else:
+        row = ok(name, detail)
+    return [row, *left_segments(path)]
+
+
+def left_segments(path: Path) -> list[CheckResult]:
+    """DeepSpeed's CPU all-reduce segments of this user that no process maps: memory runs left behind."""
+    segments = orphaned_segments(path)
+    if not segments:
+        return []
+    total = sum(segment.stat().st_size for segment in segments)
+    return [
+        warn(
+            f"{path}: DeepSpeed segments",
+            f"{len(segments)} all-reduce segments ({total / GIB:.1f} GiB) that runs which ended left in {path}, "
+            "mapped by no process (DeepSpeed never removes them; zerokit's launch and train do)",
+            f"remove them: `rm {path}/{PREFIX}_{os.getuid()}_*` while no run of yours is starting on this node",
+        )
+    ]
 
 
 Limit = tuple[int, int]

@@ -21,6 +21,8 @@
 - With a stall watch (`--stall-timeout`, zerokit.launch.stall): when no rank has made progress for
   its timeout, launch gets every rank's stacks, stops the ranks as for a failed rank, and ends with one
   line naming the stuck rank(s); the ranks' exits on the way are not failures of their own.
+- Once its ranks have ended, launch removes what DeepSpeed's CPU all-reduce segments they left in /dev/shm
+  (a rank killed before it removed its own: zerokit.cluster.shm_segments).
 - Exit code: that of the first rank that failed on its own (128+N when signal N killed it), else 124
   after a stall, else 128+N when launch itself got stop signal N, else 0.
 """
@@ -40,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerokit.cluster.shm_segments import remove_segments
 from zerokit.foundations.errors import UserError
 from zerokit.launch.progress import STALL_EXIT_CODE
 from zerokit.launch.stall import StallWatch, Watched
@@ -325,5 +328,6 @@ def execute_commands(
         for rank in ranks:  # the job is over: nothing a rank started outlives it
             rank.kill_group()
             rank.process.wait()
+        remove_segments({**os.environ, **command.env} for command in commands[: len(ranks)])
         for sig, handler in previous.items():
             signal.signal(sig, handler)

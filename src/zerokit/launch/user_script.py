@@ -39,6 +39,7 @@ from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 
 from zerokit.cluster import detect_environment
+from zerokit.cluster.shm_segments import release_own_segment
 from zerokit.foundations.errors import OneLineError, UserError
 from zerokit.foundations.process_end import end_process, exit_status
 from zerokit.launch import progress
@@ -101,6 +102,9 @@ def join_job(world_size: int, environ: MutableMapping[str, str]) -> str:
         pass
     else:
         deepspeed.init_distributed(dist_backend=backend)
+        if not on_gpu:  # every rank has mapped the others' all-reduce segment (zerokit.cluster.shm_segments)
+            dist.barrier()
+            release_own_segment()
     check_one_job(world_size, cpu=not on_gpu)
     return backend
 

@@ -213,7 +213,12 @@ def join_process_group(args, deepspeed: bool) -> None:
     if deepspeed and dist.is_initialized():
         import deepspeed as ds
 
+        from zerokit.cluster.shm_segments import release_own_segment
+
         ds.init_distributed(dist_backend=dist.get_backend())
+        if dist.get_backend() == "gloo":  # CPU ranks: DeepSpeed's all-reduce segments are mapped by now
+            dist.barrier()
+            release_own_segment()
 
 
 def evaluate(trainer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import resource
 import shutil
@@ -123,3 +124,17 @@ def test_memlock_unlimited_passes_and_limited_warns():
     memlock, _ = check_limits(context(), getrlimit=limits.__getitem__)
     assert memlock.status == "warn" and memlock.detail.startswith("64 KiB")
     assert "ulimit -l unlimited" in memlock.fix and "--ulimit memlock=-1" in memlock.fix
+
+
+def test_deepspeed_segments_no_process_maps_are_named_with_the_command_that_removes_them(tmp_path: Path):
+    uid = os.getuid()
+    live, ended = (tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_2950{i}_0" for i in (1, 2))
+    for segment in (live, ended):
+        segment.write_bytes(b"\0" * 2**20)
+    with live.open("r+b") as file, mmap.mmap(file.fileno(), 0):  # a run still using its segment
+        shm, left = check_shm(context(), path=tmp_path)
+        ended.unlink()
+        assert [row.status for row in check_shm(context(), path=tmp_path)] == ["ok"]
+    assert shm.status == "ok"
+    assert left.status == "warn" and left.detail.startswith("1 all-reduce segments (0.0 GiB)")
+    assert f"rm {tmp_path}/deepspeed_allreduce_buffer_{uid}_*" in left.fix

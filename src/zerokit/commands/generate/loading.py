@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerokit.cluster.shm_segments import release_own_segment
 from zerokit.commands.generate.options import GenerateOptions
 from zerokit.foundations.errors import UserError
 from zerokit.training.checkpoints import complete_checkpoints, damage
@@ -154,6 +155,11 @@ def tensor_parallel(model, placement: Placement, tp_group):
         engine = deepspeed.init_inference(
             model.to(rank_device()), tensor_parallel=config, dtype=dtype, replace_with_kernel_inject=False
         )
+    if rank_device() == "cpu":  # every rank has mapped the others' all-reduce segment by now
+        import torch.distributed as dist
+
+        dist.barrier()
+        release_own_segment()
     return engine.module.eval()
 
 
