@@ -172,12 +172,47 @@ sbom:  ## copy image TAG's SBOM (CycloneDX JSON of its venv and Debian packages)
 verify-reproducible:  ## build STACK twice from scratch (venv, image, DeepSpeed wheel), compare; build/repro/
 	DOCKER=$(DOCKER) containers/verify-reproducible $(STACK) $(BASE_IMAGE) $(CA_FILE)
 
-sif:  ## turn image TAG into $(SIF) with Apptainer (or Singularity)
+# Where `make sif` takes the image (docs/registry.md): docker-daemon:TAG (the default), docker://host:port/zerokit:cpu
+# or @sha256:... (a registry: no Docker needed), docker-archive:FILE, oci-archive:FILE. NO_HTTPS=1: a plain-HTTP registry.
+FROM ?= docker-daemon:$(TAG)
+NO_HTTPS ?=
+sif:  ## turn image FROM (default: Docker's TAG; or docker://REGISTRY:TAG, an archive) into $(SIF) with Apptainer
 	@test -n "$(APPTAINER)" || { echo "error: apptainer (or singularity) is not installed: install it \
-	(https://apptainer.org/docs/admin/main/installation.html), or load the image on a machine with apptainer \
-	and docker ($(DOCKER) save $(TAG) | gzip > zerokit-$(STACK).tar.gz; there: docker load) and run make sif there" >&2; exit 2; }
-	$(APPTAINER) build --force --build-arg IMAGE=$(TAG) --build-arg STACK=$(STACK) $(SIF) apptainer.def
+	(https://apptainer.org/docs/admin/main/installation.html), or push the image to a registry the cluster reaches \
+	(make push REGISTRY=...) and run make sif FROM=docker://... there" >&2; exit 2; }
+	from='$(FROM)' && bootstrap=$${from%%:*} && ref=$${from#*:} && \
+	  $(APPTAINER) build --force $(if $(NO_HTTPS),--no-https) --build-arg BOOTSTRAP=$$bootstrap \
+	  --build-arg FROM=$${ref#//} --build-arg STACK=$(STACK) $(SIF) apptainer.def
 	@echo "make sif: $(SIF), $$(du -m $(SIF) | cut -f1) MiB"
+
+# Registries and signatures (docs/registry.md): image TAG pushed as REGISTRY:STACK, :STACK-VERSION and
+# :STACK-COMMIT; a SIF pushed and pulled as an OCI artifact (oras://); a PGP key in Apptainer's keyring
+# (APPTAINER_KEYSDIR chooses it) to sign a SIF with, and the check of a signed SIF.
+REGISTRY ?=
+SIF_REF ?= $(REGISTRY)-sif:$(STACK)
+.PHONY: push push-sif pull-sif signing-key sign-sif verify-sif
+push:  ## push image TAG to REGISTRY=host:port/zerokit as :STACK, :STACK-VERSION, :STACK-COMMIT; prints the digest
+	DOCKER=$(DOCKER) containers/push-image $(TAG) '$(REGISTRY)' $(STACK)
+
+push-sif:  ## push $(SIF) to oras://$(SIF_REF) (an OCI artifact: the SIF file as it is)
+	@test -n "$(REGISTRY)" || { echo "error: give the registry: make push-sif REGISTRY=host:port/zerokit" >&2; exit 2; }
+	$(APPTAINER) push $(if $(NO_HTTPS),--no-https) $(SIF) oras://$(SIF_REF)
+
+pull-sif:  ## pull oras://$(SIF_REF) into $(SIF)
+	@test -n "$(REGISTRY)" || { echo "error: give the registry: make pull-sif REGISTRY=host:port/zerokit" >&2; exit 2; }
+	$(APPTAINER) pull --force $(if $(NO_HTTPS),--no-https) $(SIF) oras://$(SIF_REF)
+
+NAME ?=
+EMAIL ?=
+signing-key:  ## a PGP key pair for NAME= EMAIL= in Apptainer's keyring (APPTAINER_KEYSDIR), no passphrase, no prompt
+	@test -n "$(NAME)" -a -n "$(EMAIL)" || { echo "error: name the key: make signing-key NAME='Site CI' EMAIL=ci@example.org" >&2; exit 2; }
+	$(APPTAINER) key newpair --name '$(NAME)' --email '$(EMAIL)' --comment 'zerokit SIF signing' --password '' --push=false
+
+sign-sif:  ## sign $(SIF) with the keyring's key
+	$(APPTAINER) sign $(SIF)
+
+verify-sif:  ## $(SIF)'s signature checked against the keyring, and its labels against what it holds
+	APPTAINER=$(APPTAINER) containers/verify-sif $(SIF)
 
 SIF_BASE ?= $(SIF)
 SIF_EXTRA ?= $(basename $(SIF_BASE))-extra.sif

@@ -18,8 +18,21 @@ DIFFERENT_ON_PURPOSE = {"HF_HOME"}
 
 
 @pytest.fixture(scope="module")
-def definition():
-    return SingularityParser(str(REPO / "apptainer.def")).recipe["spython-base"]
+def definition(tmp_path_factory):
+    """The definition as `make sif` builds it by default: its header's {{ BOOTSTRAP }} and {{ FROM }} filled
+    from %arguments, as Apptainer fills them (spython reads only a docker bootstrap)."""
+    text = (REPO / "apptainer.def").read_text()
+    arguments = text.split("%arguments", 1)[1].split("\n%", 1)[0]
+    defaults = dict(line.strip().split("=", 1) for line in arguments.splitlines() if "=" in line)
+    header, body = text.split("%arguments", 1)
+    header = re.sub(r"\{\{ *(BOOTSTRAP|FROM) *\}\}", lambda m: defaults[m[1]], header)
+    rendered = tmp_path_factory.mktemp("def") / "apptainer.def"
+    rendered.write_text(header + "%arguments" + body)
+    return SingularityParser(str(rendered)).recipe["spython-base"]
+
+
+def test_by_default_the_sif_is_made_of_the_cpu_image(definition):
+    assert definition.fromHeader == "zerokit:cpu"
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 
 from zerokit.doctor.against import compare, read_run_record
 from zerokit.foundations.errors import UserError
-from zerokit.image.provenance import RECORD_NAME, jsonable, recorded_environment, redacted_argv
+from zerokit.image.provenance import RECORD_NAME, jsonable, recorded_environment, redacted_argv, sif_source
 from zerokit.runs.run_record import add_to_sizes, deepspeed_section, resume_chain, write_record
 from zerokit.training.checkpoints import SIZES_NAME, damage, record_sizes
 
@@ -174,3 +174,14 @@ def test_a_secret_flags_value_is_never_recorded():
         "train", "--hub_token", "<redacted>", "--api-key=<redacted>", "--max_steps", "6", "--db_password",
         "<redacted>", "--push_to_hub",
     ]  # fmt: skip
+
+
+def test_a_sif_built_from_a_registry_digest_records_it_as_its_source(tmp_path: Path):
+    labels = tmp_path / "labels.json"
+    deffile = "org.label-schema.usage.singularity.deffile"
+    pinned = "127.0.0.1:5000/zerokit@sha256:" + "ab" * 32
+    labels.write_text(json.dumps({f"{deffile}.bootstrap": "docker", f"{deffile}.from": pinned}))
+    assert sif_source(labels) == f"docker://{pinned}"
+    labels.write_text(json.dumps({f"{deffile}.bootstrap": "docker-daemon", f"{deffile}.from": "zerokit:cpu"}))
+    assert sif_source(labels) == "docker-daemon:zerokit:cpu"
+    assert sif_source(tmp_path / "no-sif") is None

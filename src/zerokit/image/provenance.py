@@ -7,6 +7,7 @@ Heavy modules (torch, DeepSpeed) are imported inside the functions that need the
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -29,6 +30,7 @@ from zerokit.image.runtimes import inside
 from zerokit.image.stack import environment_stack, load_stack
 
 RECORD_NAME = "zerokit-run.json"
+SIF_LABELS = Path("/.singularity.d/labels.json")  # what `apptainer inspect --labels` shows, inside the SIF
 FORMAT = "zerokit-run/1"
 # Variables that change how a run computes or communicates; the rest of the environment is not recorded.
 RECORDED_PREFIXES = (
@@ -135,7 +137,24 @@ def image_facts(environ: Mapping[str, str]) -> dict:
         facts["container"] = where
         if Path(where).is_file():  # a SIF (a sandbox folder or a Docker name has no one digest)
             facts["sif_sha256"] = sha256_file(Path(where))
+        source = sif_source()
+        if source:
+            facts["source"] = source
     return facts
+
+
+def sif_source(labels: Path = SIF_LABELS) -> str | None:
+    """The image a SIF was built from, as its definition named it (`docker://host:port/zerokit@sha256:...` when
+    `make sif FROM=` pinned a registry's digest); None outside a SIF."""
+    try:
+        found = json.loads(labels.read_text())
+    except (OSError, ValueError):
+        return None
+    bootstrap = found.get("org.label-schema.usage.singularity.deffile.bootstrap")
+    origin = found.get("org.label-schema.usage.singularity.deffile.from")
+    if not (bootstrap and origin):
+        return None
+    return f"{bootstrap}://{origin}" if bootstrap == "docker" else f"{bootstrap}:{origin}"
 
 
 def lock_facts(stack: str) -> dict:
