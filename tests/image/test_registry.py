@@ -1,5 +1,5 @@
 """Images through a registry (issue 31): the cpu image under its tag matrix, the SIF built from the registry and
-recording the digest, the SIF as an OCI artifact, signed and verified.
+recording the digest, the SIF as an OCI artifact, signed, verified, and its signer named by doctor inside it.
 
 `.ci/run` starts a real OCI registry on loopback (tests/image/start-registry: Debian's docker-registry), pushes
 the cpu image with `make push`, and builds train.sif from the registry by digest (`make sif
@@ -103,6 +103,12 @@ def test_a_signed_sif_verifies_and_an_altered_one_fails_in_one_line(tmp_path: Pa
     assert verified.returncode == 0, verified.stderr
     assert "signed by zerokit CI (zerokit SIF signing) <ci@zerokit.invalid>" in verified.stdout
     assert "labels match its image record and packages" in verified.stdout
+    # doctor, inside the SIF, reads the signer's key from the file and its name from the caller's keyring.
+    doctor = apptainer.run("exec", str(signed), "doctor", "--json", env=keyring)
+    (row,) = [row for row in json.loads(doctor.stdout) if row["name"] == "container: signature"]
+    assert row["detail"].startswith(
+        "signed.sif is signed by zerokit CI (zerokit SIF signing) <ci@zerokit.invalid> (key "
+    )
 
     # One byte of the file system changed after signing.
     layout = apptainer.run("sif", "list", str(signed)).stdout

@@ -11,11 +11,13 @@ import os
 import site
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
 from zerokit.image.container import hidden_job
 from zerokit.image.runtimes import inside
+from zerokit.image.sif_signatures import NotASif, keyring_names, signing_keys
 
 # Variables an image must not take from the host; each value names what it would redirect.
 LEAKS = ("PYTHONPATH", "PYTHONHOME", "CUDA_HOME", "LD_LIBRARY_PATH")
@@ -45,6 +47,9 @@ def check_container(
         return [skip("container", "not inside Apptainer or Singularity")]
     runtime, image = container
     results = [ok("container", f"{runtime.name}, image {image}")]
+    signature = signed_by(ctx, Path(image))
+    if signature is not None:
+        results.append(signature)
     from_host = leaked(ctx)
     if from_host:
         names = ", ".join(f"{k}={v}" for k, v in from_host.items())
@@ -92,4 +97,22 @@ def home(ctx: Context, runtime: str) -> CheckResult:
         f"{path} is {'not writable' if path.is_dir() else 'missing'} in the container (--no-home or --containall?): "
         "caches under it (HF_HOME by default) cannot be written",
         f"drop --no-home/--containall, or `{runtime} exec --bind DIR --env HOME=DIR ...` with a writable DIR",
+    )
+
+
+def signed_by(ctx: Context, image: Path) -> CheckResult | None:
+    """Whether the SIF is signed, and by whom as the caller's Apptainer keyring names the key; None when the
+    image is no SIF file this process can read (a sandbox folder, a path not bound in)."""
+    try:
+        keys = signing_keys(image)
+    except (OSError, NotASif):
+        return None
+    if not keys:
+        return ok("container: signature", f"{image.name} is not signed (`make sign-sif` signs a SIF)")
+    keysdir = ctx.environ.get("APPTAINER_KEYSDIR") or str(Path(ctx.environ.get("HOME", "/")) / ".apptainer/keys")
+    names = keyring_names(Path(keysdir) / "pgp-public")
+    signers = ", ".join(f"{names[key]} (key {key})" if names.get(key) else f"key {key}" for key in keys)
+    return ok(
+        "container: signature",
+        f"{image.name} is signed by {signers}; whether it still holds: `make verify-sif` outside the container",
     )
