@@ -103,8 +103,11 @@ def test_a_signed_sif_verifies_and_an_altered_one_fails_in_one_line(tmp_path: Pa
     assert verified.returncode == 0, verified.stderr
     assert "signed by zerokit CI (zerokit SIF signing) <ci@zerokit.invalid>" in verified.stdout
     assert "labels match its image record and packages" in verified.stdout
-    # doctor, inside the SIF, reads the signer's key from the file and its name from the caller's keyring.
-    doctor = apptainer.run("exec", str(signed), "doctor", "--json", env=keyring)
+    # doctor, inside the SIF, reads the signer's key from the file and its name from the caller's keyring
+    # (~/.apptainer/keys, or APPTAINER_KEYSDIR given with --env: Apptainer keeps its own variables outside).
+    doctor = apptainer.run(
+        "exec", "--env", f"APPTAINER_KEYSDIR={keyring['APPTAINER_KEYSDIR']}", str(signed), "doctor", "--json"
+    )
     (row,) = [row for row in json.loads(doctor.stdout) if row["name"] == "container: signature"]
     assert row["detail"].startswith(
         "signed.sif is signed by zerokit CI (zerokit SIF signing) <ci@zerokit.invalid> (key "
