@@ -24,10 +24,9 @@ SHM_DIR = Path("/dev/shm")
 PREFIX = "deepspeed_allreduce_buffer"
 
 
-def segment_path(environ: Mapping[str, str], rank: str | None = None, shm_dir: Path = SHM_DIR) -> Path:
+def segment_path(environ: Mapping[str, str], shm_dir: Path = SHM_DIR) -> Path:
     """The segment DeepSpeed names for a rank from its variables, as its shm_initialize formats the name."""
-    addr, port = environ.get("MASTER_ADDR", ""), environ.get("MASTER_PORT", "")
-    rank = environ.get("RANK", "0") if rank is None else rank
+    addr, port, rank = (environ.get(name, "") for name in ("MASTER_ADDR", "MASTER_PORT", "RANK"))
     return shm_dir / f"{PREFIX}_{os.getuid()}_{addr}_{port}_{rank}"
 
 

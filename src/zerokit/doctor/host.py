@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import resource
@@ -95,7 +96,10 @@ def left_segments(path: Path) -> list[CheckResult]:
     segments = orphaned_segments(path)
     if not segments:
         return []
-    total = sum(segment.stat().st_size for segment in segments)
+    total = 0
+    for segment in segments:
+        with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+            total += segment.stat().st_size
     return [
         warn(
             f"{path}: DeepSpeed segments",
