@@ -9,7 +9,6 @@ $ZEROKIT_TEST_REGISTRY (host:port/zerokit) and the SIF in $ZEROKIT_TEST_SIF. Ski
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.apptainer.runtime import Apptainer, apptainer  # noqa: F401 (a fixture)
+from zerokit.foundations.files import sha256_file
 
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY = os.environ.get("ZEROKIT_TEST_REGISTRY", "")
@@ -54,14 +54,6 @@ def registry_api(path: str) -> tuple[dict[str, str], bytes]:
         return dict(response.headers), response.read()
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while piece := file.read(2**20):
-            digest.update(piece)
-    return digest.hexdigest()
-
-
 def test_the_tag_matrix_names_one_image_and_the_sif_records_its_digest(apptainer: Apptainer):  # noqa: F811
     repository = REGISTRY.split("/", 1)[1]
     labels = json.loads(subprocess.run(
@@ -88,7 +80,7 @@ def test_the_sif_travels_as_an_oci_artifact_byte_for_byte(tmp_path: Path, apptai
     assert pushed.returncode == 0, pushed.stderr
     pulled = make("pull-sif", *common, f"SIF={tmp_path / 'pulled.sif'}")
     assert pulled.returncode == 0, pulled.stderr
-    assert sha256(tmp_path / "pulled.sif") == sha256(SIF)
+    assert sha256_file(tmp_path / "pulled.sif") == sha256_file(SIF)
 
 
 def test_a_signed_sif_verifies_and_an_altered_one_fails_in_one_line(tmp_path: Path, apptainer: Apptainer):  # noqa: F811

@@ -29,10 +29,10 @@ def signing_keys(path: Path) -> list[str]:
     Raises NotASif for a file that is no SIF (a sandbox folder, a Docker image name) and OSError when unreadable."""
     with path.open("rb") as sif:
         header = sif.read(HEADER.size)
-        if len(header) < HEADER.size or HEADER.unpack(header)[1] != MAGIC:
+        fields = HEADER.unpack(header) if len(header) == HEADER.size else ()
+        if not fields or fields[1] != MAGIC:
             raise NotASif(f"{path} is not a SIF file")
-        counts = HEADER.unpack(header)[5:]
-        total, offset = counts[3], counts[4]  # DescriptorsTotal, DescriptorsOffset
+        total, offset = fields[8], fields[9]  # DescriptorsTotal, DescriptorsOffset
         sif.seek(offset)
         table = sif.read(total * DESCRIPTOR.size)
     keys: list[str] = []
