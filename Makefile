@@ -64,11 +64,14 @@ sysdeps:  ## install the system packages the environment needs (as root on Debia
 	@containers/install-sysdeps
 
 # A site stack's venv sees the torch of PYTHON (its facts recorded first, checked unchanged after the install).
+# SITE_PROVIDES=pyarrow,numpy: lock packages taken from the site at its versions too (recorded and checked alike).
+SITE_PROVIDES ?=
 # DEV_LOCK: the test tools (tests/gpu/proof takes only the test runner, from make gpu-bundle's folder).
 DEV_LOCK ?= containers/lock/dev.txt
 # A site's torch swapped since: its digest is in the wheel's inputs, so the venv is made (facts recorded) anew.
 $(VENV)/.lock-$(STACK): $(LOCK) $(DEV_LOCK) $(if $(filter site,$(STACK)),$(DS_WHEEL_INPUTS)) | sysdeps
-	$(if $(filter site,$(STACK)),PYTHONPATH=src $(PYTHON) -m zerokit.image.site_torch make-venv $(VENV) --lock $(LOCK),$(PYTHON) -m venv $(VENV))
+	$(if $(filter site,$(STACK)),PYTHONPATH=src $(PYTHON) -m zerokit.image.site_torch make-venv $(VENV) --lock $(LOCK) \
+  --site-provides '$(SITE_PROVIDES)',$(PYTHON) -m venv $(VENV))
 	containers/install-lock $(VPY) $(STACK)
 	$(VPY) -m pip install --quiet --no-deps --require-hashes --no-compile -r $(DEV_LOCK)
 	$(if $(filter site,$(STACK)),PYTHONPATH=src $(VPY) -m zerokit.image.site_torch check)

@@ -54,13 +54,21 @@ def check_python(ctx: Context) -> list[CheckResult]:
     return [ok("version: python", detail)]
 
 
+def site_provided(stack: Stack) -> dict[str, str]:
+    """A site stack's packages taken from the site at its own versions (SITE_PROVIDES), as recorded."""
+    return dict(stack.site.provides) if stack.site else {}
+
+
 def check_packages(ctx: Context) -> list[CheckResult]:
     results = []
+    provided = site_provided(ctx.stack)
     for package in TRACKED:
         pinned = ctx.stack.packages.get(package)
         installed = installed_version(package)
         name = f"version: {package}"
-        if pinned is None:
+        if package in provided and installed == provided[package]:
+            results.append(ok(name, f"{installed}, the site's (SITE_PROVIDES; the stack pins {pinned})"))
+        elif pinned is None:
             results.append(skip(name, f"{installed or 'not installed'}; not pinned by stack {ctx.stack.name!r}"))
         elif installed is None:
             results.append(fail(name, f"not installed; the stack pins {pinned}", rebuild_fix(ctx.stack)))
@@ -94,25 +102,32 @@ def check_lock(ctx: Context) -> list[CheckResult]:
     lock = ctx.stack.lock_file
     if not lock.is_file():
         return [skip("version: lock", f"no lock file at {lock}")]
-    results = [lock_result("version: lock", lock, TRACKED, ctx.stack)]
+    results = [lock_result("version: lock", lock, TRACKED, ctx.stack, site_provided(ctx.stack))]
     if EXTRA_LOCK.is_file():
         results.append(lock_result("version: extra lock", EXTRA_LOCK, (), ctx.stack))
     return results
 
 
-def lock_result(name: str, lock: Path, left_out: tuple[str, ...], stack: Stack) -> CheckResult:
+def lock_result(
+    name: str, lock: Path, left_out: tuple[str, ...], stack: Stack, provided: dict[str, str] | None = None
+) -> CheckResult:
+    """One row for a lock's packages; those the site provides must be at the version recorded for the site."""
     locked = {k: v for k, v in locked_versions(lock.read_text()).items() if k not in left_out}
-    drift = []
+    provided = provided or {}
+    drift, sites = [], []
     for package, pinned in sorted(locked.items()):
         installed = installed_version(package)
-        if installed is None or not matches(installed, pinned):
+        if package in provided and installed == provided[package]:
+            sites.append(f"{package} {installed} (lock: {pinned})")
+        elif installed is None or not matches(installed, pinned):
             drift.append(f"{package} {installed or 'missing'} (lock: {pinned})")
     if drift:
         shown = ", ".join(drift[:5]) + (f", and {len(drift) - 5} more" if len(drift) > 5 else "")
         return fail(
             name, f"{len(drift)} of {len(locked)} packages differ from {lock.name}: {shown}", rebuild_fix(stack)
         )
-    return ok(name, f"{len(locked)} {'more ' if left_out else ''}packages match {lock.name}")
+    matched = f"{len(locked) - len(sites)} {'more ' if left_out else ''}packages match {lock.name}"
+    return ok(name, matched + (f"; the site's own (SITE_PROVIDES): {', '.join(sites)}" if sites else ""))
 
 
 def check_site_torch(ctx: Context) -> list[CheckResult]:

@@ -4,8 +4,11 @@ A site stack (`make venv STACK=site PYTHON=...`, containers/stacks/site.toml) pu
 torch of a cluster module or an NGC container. Torch, CUDA, cuDNN and NCCL are the site's: this module reads
 them from the interpreter (`probe`), records them in the environment (`zerokit-site.json` in its prefix)
 before anything is installed, and compares them afterwards (`changes`): an install that replaced or
-upgraded torch, or a torch swapped later, is named in one line. It also turns the architectures torch was
-built for into a `TORCH_CUDA_ARCH_LIST` that DeepSpeed 0.19.8 can build with (`deepspeed_arch_list`).
+upgraded torch, or a torch swapped later, is named in one line. A site may also provide other packages of the
+lock at its own versions (`SITE_PROVIDES=pyarrow,numpy`: a machine that reaches no index and cannot be
+carried every wheel); they are recorded beside torch, left out of the install and checked the same way.
+It also turns the architectures torch was built for into a `TORCH_CUDA_ARCH_LIST` that DeepSpeed 0.19.8 can
+build with (`deepspeed_arch_list`).
 
     python -m zerokit.image.site_torch make-venv VENV   # run by the site's Python: a venv that sees its torch
     python -m zerokit.image.site_torch check            # run by the venv's Python: torch unchanged, pins agree
@@ -24,7 +27,7 @@ import sys
 import sysconfig
 import warnings
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -54,6 +57,7 @@ class SiteTorch:
     cudnn: str
     nccl: str
     arch_flags: tuple[str, ...]  # as torch was built: sm_80, sm_90a, compute_90, ...
+    provides: tuple[tuple[str, str], ...] = ()  # (name, the site's version) of lock packages taken from the site
 
     @property
     def accelerator(self) -> str:
@@ -114,7 +118,8 @@ def recorded(prefix: str | os.PathLike[str] | None = None) -> SiteTorch | None:
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
-    return SiteTorch(**{**data, "arch_flags": tuple(data["arch_flags"])})
+    provides = tuple((name, version) for name, version in data.get("provides", ()))
+    return SiteTorch(**{**data, "arch_flags": tuple(data["arch_flags"]), "provides": provides})
 
 
 def record(facts: SiteTorch, prefix: Path) -> Path:
@@ -132,7 +137,46 @@ def changes(before: SiteTorch, now: SiteTorch) -> list[str]:
         found.append(f"torch {now.torch} is installed, the site's was {before.torch}")
     elif now.digest != before.digest:
         found.append(f"torch {now.torch}'s files changed (digest {now.digest}, recorded {before.digest})")
+    return found + provided_changes(before)
+
+
+def provided_changes(before: SiteTorch) -> list[str]:
+    """The packages the site provides (SITE_PROVIDES) that are now of another version, or gone."""
+    found = []
+    for name, version in before.provides:
+        now = installed_version(name)
+        if now != version:
+            found.append(f"{name} is {now or 'not installed'} now, the site's was {version}")
     return found
+
+
+def installed_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def site_provides(names: list[str], lock: Path) -> tuple[tuple[str, str], ...]:
+    """Run by the site's Python: (name, version) of each lock package the site provides, as installed there."""
+    locked = {canonical(match) for match in re.findall(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)==", lock.read_text(), re.M)}
+    found = []
+    for name in sorted({canonical(name) for name in names if name.strip()}):
+        if name not in locked:
+            raise SiteTorchError(f"SITE_PROVIDES names {name}, which is not in {lock}: name packages of the lock")
+        version = installed_version(name)
+        if version is None:
+            raise SiteTorchError(
+                f"SITE_PROVIDES names {name}, which {sys.executable} does not have: install it there or leave it "
+                "out of SITE_PROVIDES so the lock's is installed"
+            )
+        found.append((name, version))
+    return tuple(found)
+
+
+def canonical(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503): Foo_Bar, foo.bar and foo-bar are one package."""
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
 # sm_90a, sm_100f: architecture-specific variants. DeepSpeed 0.19.8 parses TORCH_CUDA_ARCH_LIST entries as
@@ -191,8 +235,9 @@ def site_paths() -> list[str]:
     return found
 
 
-def make_venv(venv: Path, lock: Path) -> SiteTorch:
-    """Run by the site's Python: a venv over it whose own packages come first and whose torch is the site's."""
+def make_venv(venv: Path, lock: Path, provides: list[str] = ()) -> SiteTorch:
+    """Run by the site's Python: a venv over it whose own packages come first and whose torch (and any package
+    named in `provides`) is the site's."""
     if sys.version_info < MIN_PYTHON:
         raise SiteTorchError(
             f"{sys.executable} is Python {sys.version.split()[0]}; zerokit needs {'.'.join(map(str, MIN_PYTHON))} "
@@ -200,6 +245,7 @@ def make_venv(venv: Path, lock: Path) -> SiteTorch:
         )
     facts = probe()
     check_lock(lock, facts)
+    facts = replace(facts, provides=site_provides(list(provides), lock))
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     purelib = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -269,14 +315,20 @@ def main(argv: list[str] | None = None) -> int:
     make = commands.add_parser("make-venv", help="run by the site's Python: a venv over its torch, facts recorded")
     make.add_argument("venv", type=Path)
     make.add_argument("--lock", type=Path, required=True, help="the site lock that will be installed into it")
+    make.add_argument("--site-provides", default="", help="comma-separated lock packages to take from the site")
+    commands.add_parser("provided", help="run by the venv's Python: the packages the site provides, one a line")
     commands.add_parser("check", help="run by the venv's Python: torch unchanged and every torch pin met")
     commands.add_parser("facts", help="print this interpreter's torch facts as JSON")
     commands.add_parser("digest", help="print the digest of this interpreter's torch (containers/cached-ds-wheel)")
     args = parser.parse_args(argv)
     try:
         if args.command == "make-venv":
-            facts = make_venv(args.venv, args.lock)
+            facts = make_venv(args.venv, args.lock, args.site_provides.split(","))
             print(f"site-torch: {args.venv} over {facts.summary()}")
+            for name, version in facts.provides:
+                print(f"site-torch: {name} {version} is the site's (SITE_PROVIDES), not the lock's")
+        elif args.command == "provided":
+            print("".join(f"{name}\n" for name, _ in (recorded() or probe()).provides), end="")
         elif args.command == "check":
             facts = check_environment()
             print(f"site-torch: {facts.summary()} unchanged; every installed package accepts it")
