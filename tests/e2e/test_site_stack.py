@@ -21,6 +21,7 @@ from zerokit.doctor.versions import locked_versions
 # Building the venv compiles DeepSpeed's ops against the site's torch, unless the wheel cache has them: the site's
 # torch here is the cpu lock's wheel, so `make venv` (the cpu stack) has put the same wheel there already.
 pytestmark = pytest.mark.timeout(1800)
+SITE_TQDM = "4.67.1"  # the lock's is 4.70.1
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,13 @@ def site(tmp_path_factory) -> Site:
     root = tmp_path_factory.mktemp("site")
     subprocess.run([REPO / "tests/e2e/make-site-python", root / "site-python"], check=True)
     python = root / "site-python" / "bin" / "python"
+    # A package the site has at another version than the lock's, which the venv takes from the site (SITE_PROVIDES),
+    # as the GPU machine's pyarrow and numpy: make gpu-bundle could not carry the lock's in 64 MiB.
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", f"tqdm=={SITE_TQDM}"], check=True)
     venv = root / "venv-site"
     # DS_WHEEL_DIR as tests/gpu/proof names it beside a venv, so the proof below reuses this one.
-    make = ["make", "venv", "STACK=site", f"PYTHON={python}", f"VENV={venv}", f"DS_WHEEL_DIR={venv}-wheels"]
+    make = ["make", "venv", "STACK=site", f"PYTHON={python}", f"VENV={venv}", f"DS_WHEEL_DIR={venv}-wheels",
+            "SITE_PROVIDES=tqdm"]  # fmt: skip
     result = subprocess.run(make, cwd=REPO, capture_output=True, text=True, timeout=1700)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     return Site(python, venv, result.stdout + result.stderr)
@@ -52,9 +57,22 @@ def test_the_venv_runs_on_the_sites_torch_with_every_op_prebuilt_against_it(site
     torch_file = venv_python(site, "import torch; print(torch.__file__)")
     assert torch_file.startswith(str(site.python.parent.parent)), torch_file  # not a torch of the venv's own
     assert not list(site.venv.glob("lib/python*/site-packages/torch")), "make venv installed a torch into the venv"
+    assert not list(site.venv.glob("lib/python*/site-packages/tqdm")), "SITE_PROVIDES=tqdm, yet the venv has its own"
+    assert venv_python(site, "import tqdm; print(tqdm.__version__)") == SITE_TQDM
     assert "site-torch: " in site.build_log and "unchanged; every installed package accepts it" in site.build_log
     assert "torch-digest=" in (site.venv.parent / "venv-site-wheels.inputs").read_text()
     assert len(re.findall(r"^ok   \w+: prebuilt and loads$", site.build_log, flags=re.M)) == 7, site.build_log[-3000:]
+
+
+def test_a_package_named_in_site_provides_that_the_site_lacks_is_refused_in_one_line(site: Site, tmp_path: Path):
+    make_venv = [str(site.python), "-m", "zerokit.image.site_torch", "make-venv", str(tmp_path / "v"), "--lock",
+                 str(REPO / "containers/lock/site.txt"), "--site-provides", "numpy"]  # fmt: skip
+    result = subprocess.run(make_venv, env={"PYTHONPATH": str(REPO / "src")}, capture_output=True, text=True)
+    assert result.returncode == 2 and not (tmp_path / "v").exists()
+    assert result.stderr == (
+        f"error: SITE_PROVIDES names numpy, which {site.python} does not have: install it there or leave it out "
+        "of SITE_PROVIDES so the lock's is installed\n"
+    )
 
 
 def test_zero3_on_two_ranks_trains_without_compiling_and_records_the_sites_torch(site: Site, tmp_path: Path):
@@ -89,6 +107,19 @@ def test_doctor_strict_passes_on_the_site_stack_and_catches_a_torch_changed_afte
     assert rows["site torch"]["status"] == "ok"
     assert rows["version: torch"]["detail"] == "2.13.0+cpu"
     assert rows["op: cpu_adam"]["status"] == "ok"
+    assert rows["version: lock"]["detail"].endswith(f"the site's own (SITE_PROVIDES): tqdm {SITE_TQDM} (lock: 4.70.1)")
+
+    # The site's tqdm upgraded since the venv was made: caught like its torch.
+    metadata_file = next(
+        site.python.parent.parent.glob(f"lib/python*/site-packages/tqdm-{SITE_TQDM}.dist-info/METADATA")
+    )
+    original_metadata = metadata_file.read_text()
+    try:
+        metadata_file.write_text(original_metadata.replace(f"Version: {SITE_TQDM}", "Version: 4.67.2"))
+        code, rows = doctor(site, tmp_path)
+    finally:
+        metadata_file.write_text(original_metadata)
+    assert code == 1 and rows["site torch"]["detail"] == f"tqdm is 4.67.2 now, the site's was {SITE_TQDM}"
 
     # Another build of torch put over the site's: one of its libraries is not the one recorded.
     library = next(site.python.parent.parent.glob("lib/python*/site-packages/torch/lib/libtorch_global_deps.so"))

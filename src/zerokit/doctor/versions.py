@@ -36,6 +36,16 @@ def installed_version(package: str) -> str | None:
         return None
 
 
+def installed_torch() -> str | None:
+    """torch's version as torch says it: PyPI's CUDA wheels say 2.11.0 in their metadata and 2.11.0+cu130
+    when imported, and a site's torch is recorded (and pinned by the site stack) as imported."""
+    try:
+        import torch
+    except Exception:  # a broken torch: the metadata's word, and other rows say why it does not import
+        return installed_version("torch")
+    return str(torch.__version__)
+
+
 def matches(installed: str, pinned: str) -> bool:
     """PEP 440 `==`, as pip applies it: a pin without a local label (0.19.8) also accepts 0.19.8+abc."""
     try:
@@ -64,7 +74,7 @@ def check_packages(ctx: Context) -> list[CheckResult]:
     provided = site_provided(ctx.stack)
     for package in TRACKED:
         pinned = ctx.stack.packages.get(package)
-        installed = installed_version(package)
+        installed = installed_torch() if package == "torch" else installed_version(package)
         name = f"version: {package}"
         if package in provided and installed == provided[package]:
             results.append(ok(name, f"{installed}, the site's (SITE_PROVIDES; the stack pins {pinned})"))

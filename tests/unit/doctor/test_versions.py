@@ -22,6 +22,18 @@ def test_this_environment_matches_the_cpu_stack():
     assert only(results, "version: torch").detail == "2.13.0+cpu"
 
 
+def test_torch_is_judged_by_its_own_version_not_its_metadatas(tmp_path: Path, monkeypatch):
+    """PyPI's CUDA torch wheels (the GPU machine's site torch: metadata 2.11.0, torch.__version__ 2.11.0+cu130):
+    the first GPU proof's doctor failed its own site stack on this; metadata without the local label here."""
+    torch_version = metadata.version("torch")
+    fake = tmp_path / f"torch-{torch_version.split('+')[0]}.dist-info"
+    fake.mkdir()
+    (fake / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {torch_version.split('+')[0]}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert metadata.version("torch") != torch_version  # as PyPI's CUDA wheels say it
+    assert only(check_packages(context()), "version: torch").status == "ok"
+
+
 def test_transformers_drift_fails_naming_the_rebuild(tmp_path: Path, environ, capsys):
     installed = metadata.version("transformers")
     stack = write_stack(tmp_path, text_changes={f'transformers = "{installed}"': 'transformers = "4.57.1"'})
