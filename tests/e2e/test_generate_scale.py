@@ -116,14 +116,16 @@ def test_killed_then_resumed_on_two_ranks_gives_the_uninterrupted_file(folder: P
     assert output.read_text() == (folder / "reference.jsonl").read_text() and not partial.exists()
 
 
-def test_two_tensor_parallel_ranks_give_the_one_process_tokens(folder: Path, env, reference: list[dict], tmp_path):
+def test_two_tensor_parallel_groups_of_two_ranks_give_the_one_process_tokens(folder: Path, env, reference, tmp_path):
+    """4 ranks, --tp-size 2: two AutoTP groups (ranks 0-1 and 2-3), each a data-parallel share of the rows."""
     output = tmp_path / "tp.jsonl"
-    argv = [*LAUNCH, "generate", str(folder / "model"), "--jsonl", str(folder / "rows.jsonl"), *ARGS]
+    launch = ["launch", "--nproc-per-node", "4", "--no-preflight"]
+    argv = [*launch, "generate", str(folder / "model"), "--jsonl", str(folder / "rows.jsonl"), *ARGS]
     result = run_zerokit([*argv, "--tp-size", "2", "--sample", "6", "--seed", "1", "--output", str(output)], env)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = rows_of(output)
     assert len(rows) == 6 and rows == [reference[row["row"]] for row in rows]
-    assert "on 2 rank(s), tp 2" in result.stderr
+    assert "on 4 rank(s), tp 2" in result.stderr
 
 
 def test_weights_offloaded_to_disk_give_the_plain_tokens(folder: Path, reference: list[dict], tmp_path: Path, caplog):

@@ -11,6 +11,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zerokit.cluster.shm_segments import release_own_segment
 from zerokit.commands.generate.options import GenerateOptions
@@ -136,6 +137,26 @@ def adapter_model(model_dir: str, base: str | None, kwargs: dict):
     return PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, **kwargs), model_dir)
 
 
+@dataclass(frozen=True)
+class GroupAsMpu:
+    """A tensor-parallel process group in the shape DeepSpeed's inference engine takes as `mpu`."""
+
+    group: Any
+
+    def get_model_parallel_group(self) -> Any:
+        return self.group
+
+    def get_model_parallel_rank(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_rank(group=self.group)
+
+    def get_model_parallel_world_size(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_world_size(group=self.group)
+
+
 def tensor_parallel(model, placement: Placement, tp_group):
     """The model split over this rank's tensor-parallel group by DeepSpeed AutoTP (no kernel injection: any
     architecture AutoTP knows). Its layers are replaced in place; the module generates as before, with an
@@ -150,8 +171,12 @@ def tensor_parallel(model, placement: Placement, tp_group):
                 f"--tp-size: DeepSpeed AutoTP cannot split a {model.config.model_type} model (it keeps a kernel "
                 "policy for it): use --tp-size 1, with --device-map auto for a model larger than one device"
             )
-        config = {"tp_size": placement.tp_size} | ({"tp_group": tp_group} if tp_group is not None else {})
+        # Several groups: DeepSpeed is handed the group as an `mpu`, not as `tp_group`, which DeepSpeed 0.19.8
+        # (inference/engine.py) replaces by a group of ranks 0..tp_size-1 (AutoTP then shards by a size of -1
+        # on ranks outside it). One group of every rank: DeepSpeed's own.
+        config = {"tp_size": placement.tp_size} | ({"mpu": GroupAsMpu(tp_group)} if tp_group is not None else {})
         dtype = placement.torch_dtype() if placement.dtype not in (None, "auto") else model.dtype
+        deepspeed.init_distributed()  # DeepSpeed's comm over the process group ranks.start made
         engine = deepspeed.init_inference(
             model.to(rank_device()), tensor_parallel=config, dtype=dtype, replace_with_kernel_inject=False
         )
