@@ -6,7 +6,9 @@ The nodes' host environment has apptainer and nothing of zerokit: `launch` and `
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from tests.cluster.test_launch_cluster import (
     sbatch,
     train_args,
 )
-from tests.conftest import logged_losses
+from tests.conftest import isolated_env, logged_losses, run_zerokit
 from zerokit.image.container import PASS_JOB_ENV
 
 
@@ -62,6 +64,36 @@ def test_sbatch_starts_each_rank_in_the_sif(sbatch_per_rank):
     assert ranks_seen(log) == {0: "node1", 1: "node2"}
     assert_trained(tmp / "run")
     assert_in_image_without_jit(tmp, log)
+
+
+def generate_job(tmp: Path) -> str:
+    """A folder with rows for a generate job script; its GENERATE_ARGS but for the output."""
+    tmp.mkdir()
+    rows = tmp / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"question": f"what is {n} plus 1", "n": n}) + "\n" for n in range(10)))
+    return f'--jsonl {rows} --template "Q: {{question}}\\nA:" --max-new-tokens 6 --batch-size 2'
+
+
+def test_generate_job_script_shares_the_rows_over_both_nodes(cluster, apptainer: Apptainer, sif: Path, sbatch_per_rank):
+    """scripts/slurm/generate.sbatch in the SIF on the model the train job wrote: one rank per node, each row
+    once, in input order, with its fields, and the same text as one process on the host gives."""
+    model = sbatch_per_rank[0] / "run"
+    tmp = cluster.shared_dir / "sif-generate"
+    args = generate_job(tmp)
+    env = sif_env(tmp, apptainer, sif, MODEL=str(model), RANKS_PER_NODE="1",
+                  GENERATE_ARGS=f"{args} --output {tmp / 'answers.jsonl'} --report {tmp / 'report.json'}")  # fmt: skip
+    script = cpu_job_script("scripts/slurm/generate.sbatch", tmp)
+    code, log = sbatch(cluster, script, tmp, env, "--job-name=zerokit-generate")
+    assert code == 0, log[-4000:]
+    assert ranks_seen(log) == {0: "node1", 1: "node2"}
+    assert_in_image_without_jit(tmp, log)
+    one = run_zerokit(["generate", str(model), *shlex.split(args), "--output", str(tmp / "one.jsonl")],
+                      isolated_env(tmp / "host"))  # fmt: skip
+    assert one.returncode == 0, one.stderr[-3000:]
+    answers = [json.loads(line) for line in (tmp / "answers.jsonl").read_text().splitlines()]
+    assert [row["n"] for row in answers] == list(range(10))
+    assert (tmp / "answers.jsonl").read_text() == (tmp / "one.jsonl").read_text()
+    assert json.loads((tmp / "report.json").read_text())["ranks"] == 2
 
 
 @pytest.fixture(scope="module")
@@ -192,6 +224,30 @@ def test_sge_job_script_with_the_sif_under_qsub(sge_cluster, apptainer: Apptaine
     assert sorted(ranks_seen(log)) == [0, 1] and set(ranks_seen(log).values()) == {"node1", "node2"}
     assert ", sge), main " in log  # launch found the scheduler from the PE's variables
     assert_trained(tmp / "run")
+
+
+def test_sge_generate_job_script_under_qsub(sge_cluster, apptainer: Apptainer, sif: Path, sbatch_per_rank):
+    """scripts/sge/generate.sh (scripts/pbs/generate.pbs is the same but for the host file): through the host's
+    mpirun from the first node, the template's quotes kept on the way through launch --print-command."""
+    cluster = sge_cluster.cluster
+    tmp = cluster.shared_dir / "sif-sge-generate"
+    args = generate_job(tmp)
+    text = (REPO / "scripts/sge/generate.sh").read_text()
+    script = tmp / "generate.sh"
+    script.write_text("\n".join(line for line in text.splitlines() if "rt_F" not in line) + "\n")
+    env = sif_env(tmp, apptainer, sif, MODULES="", RANKS_PER_NODE="1", MODEL=str(sbatch_per_rank[0] / "run"),
+                  GENERATE_ARGS=f"{args} --output {tmp / 'answers.jsonl'}")  # fmt: skip
+    env["PATH"] = f"{env['PATH']}:{os.environ['PATH']}"  # SGE's own tools
+    argv = ["qsub", "-sync", "y", "-V", "-pe", sge_cluster.pe, "2", "-o", str(tmp / "job.log"), str(script)]
+    result = sge_cluster.run("node1", argv, env=env, cwd=tmp, timeout=600)
+    log = result.stdout + result.stderr + (tmp / "job.log").read_text()
+    assert result.returncode == 0, log[-4000:]
+    assert set(ranks_seen(log).values()) == {"node1", "node2"}
+    answers = [json.loads(line) for line in (tmp / "answers.jsonl").read_text().splitlines()]
+    assert [row["n"] for row in answers] == list(range(10))
+    assert all(row["prompt"].startswith("Q: what is ") and row["prompt"].endswith("\nA:") for row in answers), answers[
+        0
+    ]
 
 
 def test_cleanenv_under_srun_never_trains_as_lone_ranks(cluster: Cluster, apptainer: Apptainer, sif: Path):
