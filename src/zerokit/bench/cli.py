@@ -18,6 +18,7 @@ from zerokit.bench.plan import (
     DataInputs,
     PlainInputs,
     common_training_flags,
+    config_and_tp,
     plan_runs,
 )
 from zerokit.foundations.errors import UserError
@@ -55,7 +56,8 @@ class BenchFlags:
     configs: str = flag(
         "--configs",
         default="zero2,zero3,zero3-offload,none",
-        help="configs compared on one node at the largest --ranks, comma-separated; none: no DeepSpeed "
+        help="configs compared on one node at the largest --ranks, comma-separated; none: no DeepSpeed; "
+        "NAME+tpN: that config with train --tp-size N (a model AutoTP splits: -- --model-type llama) "
         "(default: zero2,zero3,zero3-offload,none)",
     )
     steps: int = flag("--steps", type=int, default=40, help="optimizer steps per run (default: 40)")
@@ -127,7 +129,7 @@ def parse(argv: list[str]) -> BenchConfig:
         ranks=args.ranks,
         nodes=args.nodes,
         config=config,
-        configs=tuple(checked_configs(args.configs)),
+        configs=tuple(checked_configs(args.configs, max(args.ranks))),
         steps=args.steps,
         warmup_steps=args.warmup_steps,
         eval_steps=args.eval_steps,
@@ -148,12 +150,20 @@ def parse(argv: list[str]) -> BenchConfig:
     )
 
 
-def checked_configs(text: str) -> list[str]:
+def checked_configs(text: str, ranks: int) -> list[str]:
+    """The configs group's entries, each checked now (in one line, not after the other runs): a config, and
+    with `+tpN` a tensor-parallel size that divides the group's ranks (the largest --ranks)."""
     from zerokit.training.ds_configs import resolve_ds_config
 
     names = [name.strip() for name in text.split(",") if name.strip()]
-    for name in names:
-        resolve_ds_config(name)  # a bad name fails now, in one line, not after the other runs
+    for entry in names:
+        name, tp_size = config_and_tp(entry)
+        resolve_ds_config(name)
+        if ranks % tp_size:
+            raise UserError(
+                f"--configs {entry}: tensor parallel size {tp_size} does not divide the {ranks} ranks the configs "
+                f"run on (the largest --ranks): give --ranks a multiple of {tp_size}"
+            )
     return names
 
 

@@ -113,6 +113,7 @@ def zerokit_run(
     env: dict[str, str] | None = None,
 ) -> Run:
     folder = cfg.output / "runs" / name
+    config, tp_size = config_and_tp(config or str(cfg.config))
     launch = ["--nproc-per-node", str(ranks)]
     if nodes > 1:
         launch += ["--launcher", cfg.launcher, "--hostfile", str(folder / "hostfile")]
@@ -120,12 +121,14 @@ def zerokit_run(
         launch.append("--no-preflight")  # its checks would refuse ops that are not prebuilt
     train = [
         "--config",
-        config or str(cfg.config),
+        config,
         "--output-dir",
         str(folder / "output"),
         "--timings-dir",
         str(folder / "timings"),
     ]
+    if tp_size > 1:
+        train += ["--tp-size", str(tp_size)]
     if cfg.model:
         train += ["--model", cfg.model]
     if cfg.dataset and not extra_train:
@@ -172,7 +175,17 @@ def plain_run(cfg: BenchConfig, name: str, ranks: int, inputs: PlainInputs) -> R
 
 
 def config_label(config: str) -> str:
-    return Path(config).stem if config.endswith(".json") else config
+    name, tp = config_and_tp(config)
+    label = Path(name).stem if name.endswith(".json") else name
+    return f"{label}+tp{tp}" if tp > 1 else label
+
+
+def config_and_tp(config: str) -> tuple[str, int]:
+    """A configs-group entry: a config (a bundled name or a file), with `+tpN` for train --tp-size N."""
+    name, plus, tp = config.rpartition("+tp")
+    if plus and tp.isdigit() and name:
+        return name, int(tp)
+    return config, 1
 
 
 def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: DataInputs | None = None) -> list[Run]:

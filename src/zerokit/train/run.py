@@ -93,7 +93,9 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     if options.timings_dir:
         from zerokit.training.step_clock import StepClock
 
-        callbacks.append(StepClock(options.timings_dir, tokens_per_sample=block_length(datasets["train"])))
+        whole = model.num_parameters() if layout.tp > 1 else None  # before AutoTP slices it
+        tokens = block_length(datasets["train"])
+        callbacks.append(StepClock(options.timings_dir, tokens_per_sample=tokens, tp_size=layout.tp, parameters=whole))
     # zerokit-run.json in the output folder and each checkpoint: what this run ran on.
     callbacks.append(
         RunRecorder(

@@ -33,19 +33,26 @@ def peak_memory() -> tuple[int, str]:
 
 
 class StepClock(TrainerCallback):
-    def __init__(self, folder: str | Path, tokens_per_sample: int):
+    """tp_size: under tensor parallelism the ranks of a group share a batch (samples per step count the
+    data-parallel groups) and each holds a slice of the weights, so the caller gives the whole model's
+    parameter count, taken before the split."""
+
+    def __init__(self, folder: str | Path, tokens_per_sample: int, tp_size: int = 1, parameters: int | None = None):
         self.folder = Path(folder)
         self.tokens_per_sample = tokens_per_sample
+        self.tp_size = tp_size
         self.mark = time.time()
         self.first_step_end: float | None = None
         self.step_seconds: list[float] = []
         self.evals: list[tuple[int, float]] = []
-        self.parameters: int | None = None  # the model's, for bench's FLOPs
+        self.parameters: int | None = parameters  # the model's, for bench's FLOPs
         self.record: dict = {}  # filled when training ends
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         startup_marks.mark("train_begin")
-        if model is not None:  # under ZeRO-3 a parameter holds a partition; ds_numel is its whole size
+        if (
+            model is not None and self.parameters is None
+        ):  # under ZeRO-3 a parameter holds a partition; ds_numel is its whole size
             self.parameters = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -65,7 +72,8 @@ class StepClock(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         memory, kind = peak_memory()
-        samples_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        data_parallel = args.world_size // self.tp_size
+        samples_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * data_parallel
         self.record = {
             "rank": args.process_index,
             "world_size": args.world_size,

@@ -11,6 +11,7 @@ from zerokit.bench.flops import mfu, peak_tflops
 from zerokit.bench.plan import BenchConfig, DataInputs, PlainInputs, plan_runs
 from zerokit.bench.report import config_rows, data_summary, overhead_summary, scaling_rows, startup_summary
 from zerokit.bench.runner import RunResult
+from zerokit.foundations.errors import UserError
 from zerokit.runs.preemption import BENCH_WITHOUT_VARIABLE
 
 
@@ -202,3 +203,15 @@ def test_a_tiny_models_mfu_is_not_printed_as_zero():
     from zerokit.bench.report import percent
 
     assert (percent(0.00007), percent(0.412)) == ("0.007%", "41%")
+
+
+def test_a_tensor_parallel_config_that_does_not_divide_the_ranks_is_refused_before_any_run():
+    from zerokit.bench.cli import checked_configs
+
+    assert checked_configs("zero2, zero2+tp2", 4) == ["zero2", "zero2+tp2"]
+    with pytest.raises(UserError) as refused:
+        checked_configs("zero2+tp3", 2)
+    assert str(refused.value) == (
+        "--configs zero2+tp3: tensor parallel size 3 does not divide the 2 ranks the configs run on (the largest "
+        "--ranks): give --ranks a multiple of 3"
+    )
