@@ -24,6 +24,7 @@ from tests.cluster.test_launch_cluster import (
     train_args,
 )
 from tests.conftest import isolated_env, logged_losses, run_zerokit
+from tests.e2e.test_tensor_parallel import TINY_LLAMA
 from zerokit.image.container import PASS_JOB_ENV
 
 
@@ -170,15 +171,35 @@ def test_killing_one_nodes_rank_in_the_sif_ends_the_job_without_a_hang(
     assert_killed_node_ends_the_job(cluster, ["apptainer", "exec", str(sif)], tmp, sif_env(tmp, apptainer, sif))
 
 
-def test_sbatch_per_node_spawns_the_ranks_in_the_sif(cluster: Cluster, apptainer: Apptainer, sif: Path):
+def tp_train_args(output: Path, tp: int) -> str:
+    """A tiny Llama (AutoTP splits it) as tests/e2e/test_tensor_parallel.py trains it: global batch 8 per
+    data-parallel group, 20 steps, every loss logged."""
+    return (
+        f"--config zero2 --tp-size {tp} --model-type llama --config-overrides {TINY_LLAMA} --block-size 64 "
+        f"--max_steps 20 --per_device_train_batch_size 8 --learning_rate 3e-3 --logging_steps 1 --seed 7 "
+        f"--save_strategy no --output-dir {output}"
+    )
+
+
+def test_sbatch_per_node_runs_tensor_parallel_inside_each_node_in_the_sif(cluster: Cluster, apptainer: Apptainer,
+                                                                          sif: Path):  # fmt: skip
+    """train-per-node.sbatch, 2 nodes x 2 ranks, --tp-size 2: a tensor-parallel group in each node (ranks 0-1,
+    2-3), data parallel across the nodes; the losses of tensor parallel 1 x data parallel 2 on one node."""
     tmp = cluster.shared_dir / "sif-per-node"
     tmp.mkdir()
-    env = sif_env(tmp, apptainer, sif, RANKS_PER_NODE="2", TRAIN_ARGS=train_args(tmp / "run"))
+    env = sif_env(tmp, apptainer, sif, RANKS_PER_NODE="2", TRAIN_ARGS=tp_train_args(tmp / "run", 2))
     script = cpu_job_script("scripts/slurm/train-per-node.sbatch", tmp)
     code, log = sbatch(cluster, script, tmp, env, "--ntasks-per-node=1")
     assert code == 0, log[-4000:]
     assert ranks_seen(log) == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
-    assert_trained(tmp / "run")
+    assert "4 ranks = tensor parallel 2 x data parallel 2" in log
+    assert json.loads((tmp / "run" / "zerokit-run.json").read_text())["parallelism"] == {"tp_size": 2, "dp_size": 2}
+    one_node = ["apptainer", "exec", str(sif), "train", "--nproc-per-node", "2", *tp_train_args(tmp / "dp", 1).split()]
+    result = cluster.run("node1", one_node, env=env, cwd=tmp, timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    expected, got = logged_losses(tmp / "dp"), logged_losses(tmp / "run")
+    assert len(got) == len(expected) == 20 and got[-1] < 0.8 * got[0]
+    assert got == pytest.approx(expected, rel=1e-4)
 
 
 def test_host_mpirun_runs_each_rank_in_the_sif(cluster: Cluster, apptainer: Apptainer, sif: Path):
