@@ -51,18 +51,24 @@ def losses_by_step(output: Path) -> dict[int, float]:
     return {entry["step"]: entry["loss"] for entry in history if "loss" in entry}
 
 
-def progress(log: Path) -> int:
-    """The highest step rank 0's progress bar has shown."""
-    steps = re.findall(rf"(\d+)/{STEPS} \[", log.read_text(errors="replace")) if log.exists() else []
+def progress(log: Path, total: int = STEPS) -> int:
+    """The highest step rank 0's progress bar (of `total` steps) has shown."""
+    steps = re.findall(rf"(\d+)/{total} \[", log.read_text(errors="replace")) if log.exists() else []
     return max(map(int, steps), default=0)
 
 
 def interrupt_at(step: int, output: Path, env: dict[str, str], tmp: Path, *signals: int) -> tuple[int, str]:
     """Start `train --resume auto`, send the launcher `signals` once `step` shows; (exit code, its stderr)."""
+    return interrupted(train_argv(output, "--resume", "auto"), STEPS, step, env, tmp, *signals)
+
+
+def interrupted(argv: list[str], total: int, step: int, env: dict[str, str], tmp: Path, *signals: int):
+    """Start `zerokit ARGV` (a train of `total` steps), send the launcher `signals` once `step` shows; (exit
+    code, its stderr)."""
     err = tmp / f"interrupt-{step}.err"
     with err.open("w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "zerokit", *train_argv(output, "--resume", "auto")],
+            [sys.executable, "-m", "zerokit", *argv],
             env=env,
             cwd=REPO,
             stdout=subprocess.DEVNULL,
@@ -70,7 +76,7 @@ def interrupt_at(step: int, output: Path, env: dict[str, str], tmp: Path, *signa
             preexec_fn=default_stop_signals,  # a suite started in the background inherits SIGINT ignored
         )
         deadline = time.monotonic() + 300
-        while progress(err) < step and proc.poll() is None and time.monotonic() < deadline:
+        while progress(err, total) < step and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         for number in signals:
             proc.send_signal(number)

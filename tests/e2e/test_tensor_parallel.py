@@ -10,12 +10,17 @@ module-scoped fixtures, and the tests read what it left.
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import isolated_env, logged_losses, run_zerokit
+from tests.e2e.test_preemption import interrupted
+from zerokit.runs.preemption import REQUEUE_EXIT_CODE
+from zerokit.training.checkpoints import newest_complete_checkpoint
 
 STEPS = 20
 TINY_LLAMA = (
@@ -101,6 +106,24 @@ def test_resume_auto_under_tp_continues_on_the_same_curve(runs: Path, env, tp2):
     after = [e["loss"] for e in resumed if "loss" in e and e["step"] > 10]
     assert len(after) == STEPS - 10
     want = logged_losses(output)[10:]
+    assert max(abs(g - w) / w for g, w in zip(after, want, strict=True)) < RTOL, (after, want)
+
+
+def test_sigterm_under_tp_checkpoints_and_resume_auto_continues_the_curve(runs: Path, env, tp2, tmp_path: Path):
+    """Preemption under TP=2: SIGTERM to the launcher, the step's checkpoint, the requeue code; the resumed run
+    logs the uninterrupted one's losses."""
+    output, _ = tp2
+    preempted = runs / "preempted"
+    argv = train_argv(preempted, 2, 2, "--resume", "auto", "--save_strategy", "no")
+    code, stderr = interrupted(argv, STEPS, 6, env, tmp_path, signal.SIGTERM)
+    assert code == REQUEUE_EXIT_CODE and "Traceback" not in stderr, stderr[-3000:]
+    step = int(re.search(r"SIGTERM received: checkpointing at step (\d+)", stderr).group(1))
+    assert newest_complete_checkpoint(preempted) == preempted / f"checkpoint-{step}"
+    trained(runs, env, "preempted", 2, 2, "--resume", "auto", "--save_strategy", "no")
+    resumed = json.loads((preempted / "trainer_state.json").read_text())["log_history"]
+    after = [e["loss"] for e in resumed if "loss" in e and e["step"] > step]
+    want = logged_losses(output)[step:]
+    assert len(after) == STEPS - step
     assert max(abs(g - w) / w for g, w in zip(after, want, strict=True)) < RTOL, (after, want)
 
 
