@@ -128,12 +128,16 @@ test-gpu: venv  ## the gpu-marked tests, in STACK's environment on a GPU node (m
 GPU_PYTHON ?= python3
 GPU_PYTHON_VERSION ?= 3.12
 GPU_PIP_LIST ?=
+# What the machine has at other versions and the bundle leaves to it (SITE_PROVIDES), when the lock's wheels
+# would not fit in 64 MiB: e.g. pyarrow,numpy,pandas,matplotlib,grpcio,pillow,tensorboard,fonttools.
+GPU_SITE_PROVIDES ?=
 GPU_BUNDLE ?= build/gpu-bundle
 gpu-proof:  ## on a GPU machine: site venv over its torch, ops for its GPU, doctor, smoke, gpu tests, bench; a report
 	tests/gpu/proof --python $(GPU_PYTHON) $(if $(wildcard $(GPU_BUNDLE)),--wheelhouse $(GPU_BUNDLE))
 
 gpu-bundle: venv  ## here: the wheels the GPU machine lacks (Python GPU_PYTHON_VERSION), at most 64 MiB, in GPU_BUNDLE
-	$(VPY) containers/gpu-bundle $(GPU_BUNDLE) --python $(GPU_PYTHON_VERSION) $(if $(GPU_PIP_LIST),--installed $(GPU_PIP_LIST))
+	$(VPY) containers/gpu-bundle $(GPU_BUNDLE) --python $(GPU_PYTHON_VERSION) $(if $(GPU_PIP_LIST),--installed $(GPU_PIP_LIST)) \
+	  $(if $(GPU_SITE_PROVIDES),--site-provides $(GPU_SITE_PROVIDES))
 
 # Each multi-node launcher's short job SOAK_RUNS times on the namespace cluster, in $(SIF) (tests/cluster/soak).
 SOAK_RUNS ?= 20
