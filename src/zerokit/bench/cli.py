@@ -159,6 +159,8 @@ def checked_configs(text: str, ranks: int) -> list[str]:
     for entry in names:
         name, tp_size = config_and_tp(entry)
         resolve_ds_config(name)
+        if tp_size < 1:
+            raise UserError(f"--configs {entry}: the tensor parallel size must be at least 1 (+tp2, +tp4, ...)")
         if ranks % tp_size:
             raise UserError(
                 f"--configs {entry}: tensor parallel size {tp_size} does not divide the {ranks} ranks the configs "

@@ -209,6 +209,8 @@ def test_a_tensor_parallel_config_that_does_not_divide_the_ranks_is_refused_befo
     from zerokit.bench.cli import checked_configs
 
     assert checked_configs("zero2, zero2+tp2", 4) == ["zero2", "zero2+tp2"]
+    with pytest.raises(UserError, match="zero2\\+tp0: the tensor parallel size must be at least 1"):
+        checked_configs("zero2+tp0", 2)
     with pytest.raises(UserError) as refused:
         checked_configs("zero2+tp3", 2)
     assert str(refused.value) == (
