@@ -266,9 +266,8 @@ def test_sge_generate_job_script_under_qsub(sge_cluster, apptainer: Apptainer, s
     assert set(ranks_seen(log).values()) == {"node1", "node2"}
     answers = [json.loads(line) for line in (tmp / "answers.jsonl").read_text().splitlines()]
     assert [row["n"] for row in answers] == list(range(10))
-    assert all(row["prompt"].startswith("Q: what is ") and row["prompt"].endswith("\nA:") for row in answers), answers[
-        0
-    ]
+    prompts = [row["prompt"] for row in answers]
+    assert all(p.startswith("Q: what is ") and p.endswith("\nA:") for p in prompts), prompts[0]
 
 
 def test_cleanenv_under_srun_never_trains_as_lone_ranks(cluster: Cluster, apptainer: Apptainer, sif: Path):
