@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 import sys
-from importlib import metadata
 from pathlib import Path
 
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
+from zerokit.foundations.packages import installed_version
 from zerokit.foundations.paths import EXTRA_LOCK
 from zerokit.image.stack import Stack
 
@@ -27,13 +27,6 @@ def rebuild_fix(stack: Stack) -> str:
         f"rebuild from the stack instead of installing over it: `make venv STACK={stack.name}` for a venv, "
         f"or rebuild the image (`make image STACK={stack.name}`)"
     )
-
-
-def installed_version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def installed_torch() -> str | None:

@@ -13,11 +13,11 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 
 import zerokit
 from zerokit.foundations.files import sha256_file
+from zerokit.foundations.packages import installed_version
 from zerokit.foundations.paths import STACKS_DIR
 from zerokit.image.image_info import read_image_info
 from zerokit.image.runtimes import inside
@@ -160,7 +160,4 @@ def _number(text: str) -> int | None:
 
 
 def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+    return installed_version(package) or "not installed"

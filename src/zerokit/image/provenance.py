@@ -23,6 +23,7 @@ from zerokit.cluster import detect_environment
 from zerokit.cluster.nic import interface_to
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.files import sha256_file
+from zerokit.foundations.packages import installed_version
 from zerokit.foundations.paths import HOME
 from zerokit.image import site_torch
 from zerokit.image.image_info import read_image_info
@@ -183,15 +184,7 @@ def zerokit_facts() -> dict:
 
 def version_facts() -> dict:
     """Python, torch, CUDA, NCCL, DeepSpeed and the HF packages, and DeepSpeed's prebuilt ops."""
-    from importlib import metadata
-
     import torch
-
-    def dist(name: str) -> str | None:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
 
     nccl = None
     if torch.version.cuda and torch.distributed.is_available() and torch.distributed.is_nccl_available():
@@ -208,7 +201,7 @@ def version_facts() -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "nccl": nccl,
-        **{name: dist(name) for name in ("deepspeed", "transformers", "accelerate", "datasets", "peft")},
+        **{name: installed_version(name) for name in ("deepspeed", "transformers", "accelerate", "datasets", "peft")},
     }
     return {"versions": versions, "prebuilt_ops": ops}
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.files import write_json
+from zerokit.foundations.packages import installed_version
 
 # In the environment's prefix (the venv, the image's /opt/venv): what the site's torch was when it was built.
 FACTS_NAME = "zerokit-site.json"
@@ -148,13 +149,6 @@ def provided_changes(before: SiteTorch) -> list[str]:
         if now != version:
             found.append(f"{name} is {now or 'not installed'} now, the site's was {version}")
     return found
-
-
-def installed_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def site_provides(names: list[str], lock: Path) -> tuple[tuple[str, str], ...]:

@@ -50,9 +50,8 @@ class StepClock(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         startup_marks.mark("train_begin")
-        if (
-            model is not None and self.parameters is None
-        ):  # under ZeRO-3 a parameter holds a partition; ds_numel is its whole size
+        # Under ZeRO-3 a parameter holds a partition; ds_numel is its whole size.
+        if model is not None and self.parameters is None:
             self.parameters = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
 
     def on_step_end(self, args, state, control, **kwargs):
