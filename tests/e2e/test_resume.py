@@ -43,8 +43,43 @@ def train_argv(output: Path, ranks: int, *extra: str) -> list[str]:
     ]
 
 
+def group_members(pgid: int) -> list[Path]:
+    """The /proc folders of the processes in process group `pgid`."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it exited
+        if int(fields[2]) == pgid:
+            members.append(stat.parent)
+    return members
+
+
+def freeze(pgid: int) -> None:
+    """SIGSTOP the group and wait until every member has stopped, so the folder no longer changes."""
+    os.killpg(pgid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for member in group_members(pgid):
+            try:
+                states.append((member / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                continue
+        if all(state in "TtZX" for state in states):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process group {pgid} did not stop within 10 s")
+
+
 def kill_during_a_checkpoint_write(output: Path, env: dict[str, str]) -> Path:
-    """Start training; SIGKILL every process once a checkpoint exists and the next is being written."""
+    """Start training; SIGKILL every process once a checkpoint exists and the next is being written.
+
+    Seeing `tmp-checkpoint-N` and killing are two steps: the saving rank may publish it in between.
+    So the group is frozen first, the folder looked at again, and killed only while the write is
+    still half done; else it goes on to the next checkpoint.
+    """
     proc = subprocess.Popen(
         [sys.executable, "-m", "zerokit", *train_argv(output, 2)],
         env=env,
@@ -56,9 +91,14 @@ def kill_during_a_checkpoint_write(output: Path, env: dict[str, str]) -> Path:
     deadline = time.monotonic() + 300
     try:
         while time.monotonic() < deadline and proc.poll() is None:
-            if newest_complete_checkpoint(output) and (staging := sorted(output.glob("tmp-checkpoint-*"))):
-                os.killpg(proc.pid, signal.SIGKILL)
-                return staging[0]
+            if newest_complete_checkpoint(output) and list(output.glob("tmp-checkpoint-*")):
+                freeze(proc.pid)
+                staging = sorted(output.glob("tmp-checkpoint-*"))
+                half_written = [s for s in staging if not (output / s.name.removeprefix("tmp-")).exists()]
+                if half_written:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    return half_written[0]
+                os.killpg(proc.pid, signal.SIGCONT)
             time.sleep(0.002)
     finally:
         if proc.poll() is None:
