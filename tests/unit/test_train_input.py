@@ -31,7 +31,7 @@ def test_unknown_bundled_config_lists_the_bundled_ones(tmp_path: Path, zk_env):
     result = run_zerokit(["train", "--config", "zero4", "--output-dir", str(tmp_path / "out")], zk_env)
     assert result.returncode == 2
     assert "DeepSpeed config not found: zero4" in result.stderr
-    assert "zero2, zero3, zero3-offload" in result.stderr
+    assert "zero1, zero2, zero3, zero3-offload" in result.stderr
 
 
 def test_missing_dataset_path_is_refused(tmp_path: Path, zk_env):

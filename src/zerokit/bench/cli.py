@@ -118,7 +118,7 @@ def parse(argv: list[str]) -> BenchConfig:
         raise UserError(f"--jit-python {args.jit_python} is not an executable (make bench makes one)")
     config = resolve_ds_config(args.config)
     if config is None:
-        raise UserError("bench times DeepSpeed: give a config (zero2, zero3, zero3-offload or a file)")
+        raise UserError("bench times DeepSpeed: give a config (zero1, zero2, zero3, zero3-offload or a file)")
     import torch
 
     on_gpu = torch.cuda.is_available()

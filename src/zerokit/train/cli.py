@@ -16,6 +16,7 @@ from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, from_namespace
+from zerokit.train import pipeline
 from zerokit.train.options import EMBEDDED_DIFFERENCE, HF_DIFFERENCES, TrainOptions
 from zerokit.train.run import train
 from zerokit.train.tensor_parallel import check_config, check_model_type, check_ranks
@@ -59,6 +60,7 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[Tra
     check_config(options.tp_size, options.config, options.ds_config)  # a missing or broken one fails now too
     model_type = "gpt2" if options.embedded else options.model_type or ""  # --model's is read in the ranks
     check_model_type(options.tp_size, model_type, embedded=options.embedded)
+    pipeline.check_options(options)
     if options.streaming and not options.dataset:
         raise UserError("--streaming needs --dataset (the embedded corpus is small)")
     check_fine_tuning(options)
@@ -144,6 +146,7 @@ def main(argv: list[str]) -> int:
     check_hub_inputs(options)
     if options.nproc_per_node > 1:
         check_ranks(options.tp_size, options.nproc_per_node, options.nproc_per_node, "--nproc-per-node")
+        pipeline.check_ranks(options.pp_size, options.nproc_per_node, "--nproc-per-node")
         from zerokit.launch.cli import run as launch
         from zerokit.launch.config import spawn_config
 

@@ -106,6 +106,13 @@ class TrainOptions:
         help="tensor parallelism: DeepSpeed AutoTP splits the model over groups of N ranks (within a node); "
         "the world / N groups are ZeRO's data-parallel ranks (ZeRO 0-2)",
     )
+    pp_size: int | None = flag(
+        "--pp-size",
+        check=values.count,
+        metavar="N",
+        help="pipeline parallelism: the model cut into N stages, trained by DeepSpeed's pipeline engine with ZeRO-1 "
+        "data parallelism over the world / N replicas (Llama family and GPT-2; --config zero1)",
+    )
     resume: str | None = flag(
         "--resume", metavar="auto|PATH", help="resume from a checkpoint; auto: the newest complete one, if any"
     )

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from zerokit.foundations.errors import RunFailure, UserError
+from zerokit.train import pipeline
 from zerokit.train.blocks import block_length, load_datasets
 from zerokit.train.model import fine_tuning, load_model, load_tokenizer, model_config
 from zerokit.train.options import (
@@ -35,6 +36,7 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     world = int(os.environ["WORLD_SIZE"])
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or world)
     layout = check_ranks(options.tp_size, world, per_node, "WORLD_SIZE, LOCAL_WORLD_SIZE")
+    stages = pipeline.check_ranks(options.pp_size, world, "WORLD_SIZE")
     progress.start(os.environ, collectives=True, trainer_steps=True)  # launch's stall watch, when it asked for one
     warnings.filterwarnings("ignore", category=FutureWarning)
     import torch
@@ -44,13 +46,15 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     from zerokit.runs.preemption import BENCH_WITHOUT_VARIABLE, PreemptionCallback
     from zerokit.runs.run_record import RunRecorder
     from zerokit.runs.trainer import FiniteLossGuard, ZerokitTrainer
-    from zerokit.training.checkpoints import needs_universal_load, resolve_resume
+    from zerokit.training.checkpoints import check_pipeline_resume, needs_universal_load, resolve_resume
 
     mark("imports")
     preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
     skipped: list[str] = []
     resume = resolve_resume(options.resume, options.output_dir, skipped)
-    universal = bool(resume) and needs_universal_load(resume, world, options.tp_size)
+    if resume:
+        check_pipeline_resume(resume, stages.as_record() if stages else None)
+    universal = bool(resume) and stages is None and needs_universal_load(resume, world, options.tp_size)
 
     on_gpu = torch.cuda.is_available()
     parser = HfArgumentParser(TrainingArguments, allow_abbrev=False)
@@ -89,7 +93,8 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     check_free_space(options.output_dir, model, saves_checkpoints=args.save_strategy != "no")
     datasets = load_datasets(options, tokenizer, model, args)
     mark("data")
-    callbacks = [] if os.environ.get(BENCH_WITHOUT_VARIABLE) == "1" else [preemption]
+    watch = None if os.environ.get(BENCH_WITHOUT_VARIABLE) == "1" else preemption
+    callbacks = [watch] if watch else []
     if options.timings_dir:
         from zerokit.training.step_clock import StepClock
 
@@ -97,16 +102,19 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
         tokens = block_length(datasets["train"])
         callbacks.append(StepClock(options.timings_dir, tokens_per_sample=tokens, tp_size=layout.tp, parameters=whole))
     # zerokit-run.json in the output folder and each checkpoint: what this run ran on.
-    callbacks.append(
-        RunRecorder(
-            options.output_dir,
-            config_name=options.config,
-            config_file=options.ds_config,
-            resume=resume,
-            rank=args.process_index,
-            layout={"tp_size": layout.tp, "dp_size": layout.dp},
-        )
+    recorder = RunRecorder(
+        options.output_dir,
+        config_name=options.config,
+        config_file=options.ds_config,
+        resume=resume,
+        rank=args.process_index,
+        layout=stages.as_record() if stages else {"tp_size": layout.tp, "dp_size": layout.dp},
     )
+    callbacks.append(recorder)
+    if stages:
+        return train_in_stages(
+            options, args, model, tokenizer, datasets, stages, resume, watch, recorder, record, skipped
+        )
 
     trainer = ZerokitTrainer(
         loss_guard=FiniteLossGuard(),
@@ -129,6 +137,29 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     except RunFailure:
         _shutdown_distributed(barrier=False)  # every rank got here, or the launcher stops the rest
         raise
+
+
+def train_in_stages(
+    options, args, model, tokenizer, datasets, stages, resume, preemption, recorder, record, notes
+) -> int:
+    """--pp-size: DeepSpeed's pipeline engine instead of the Trainer (zerokit.train.pipeline_run)."""
+    from zerokit.train.pipeline_run import train_pipeline
+
+    if args.process_index == 0:
+        for note in notes:
+            print(f"zerokit: {note}", file=sys.stderr, flush=True)
+        print(_resume_message(options, resume, universal=False), flush=True)
+    try:
+        code = train_pipeline(options, args, model, tokenizer, datasets, stages, resume, preemption, recorder)
+    except RunFailure:
+        _shutdown_distributed(barrier=False)
+        raise
+    if code == 0 and record is not None:
+        from zerokit.training import outputs
+
+        outputs.finish(options.output_dir, record)
+    _shutdown_distributed()
+    return code
 
 
 def train_and_save(options: TrainOptions, trainer, resume, preemption, datasets, record, on_gpu: bool) -> int:

@@ -29,6 +29,7 @@ CHECKPOINT_NAME = re.compile(rf"{PREFIX}-(\d+)")
 STAGING_PREFIX = "tmp-"
 SIZES_NAME = "zerokit-checkpoint.json"
 TORCH_ZIP_SUFFIXES = (".pt", ".pth", ".bin")
+PIPELINE_NAME = "zerokit-pipeline.json"  # in a `--pp-size` checkpoint: {"pp_size": P, "dp_size": D}
 
 
 def complete_checkpoints(output_dir: Path) -> list[Path]:
@@ -168,6 +169,39 @@ def saved_tp_size(checkpoint: Path) -> int:
     if not latest.is_file():
         return 1
     return len(list((checkpoint / latest.read_text().strip()).glob("mp_rank_*_model_states.pt"))) or 1
+
+
+def saved_pipeline(checkpoint: Path) -> dict[str, int] | None:
+    """The layout a `--pp-size` run wrote checkpoint with; None for the Trainer's checkpoints."""
+    try:
+        return json.loads((checkpoint / PIPELINE_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def check_pipeline_resume(checkpoint: Path, layout: dict[str, int] | None) -> None:
+    """Whether a run with this pipeline layout (None: no --pp-size) can resume checkpoint; one line if not.
+
+    A pipeline checkpoint holds one file per layer and ZeRO-1 optimizer shards per stage and replica, a
+    Trainer checkpoint neither: each resumes only in the layout that wrote it. Both hold the whole model
+    (model.safetensors), which any layout can start from with a fresh optimizer.
+    """
+    saved = saved_pipeline(checkpoint)
+    if saved == layout:
+        return
+    restart = f"or restart from its weights with a fresh optimizer: `train --model {checkpoint} ...` without --resume"
+    if saved is None:
+        raise UserError(
+            f"checkpoint {checkpoint} was written without --pp-size, this run has --pp-size {layout['pp_size']}: "
+            f"resume it without --pp-size; {restart}"
+        )
+    was = f"--pp-size {saved['pp_size']} on {saved['pp_size'] * saved['dp_size']} ranks"
+    if layout is None:
+        raise UserError(
+            f"checkpoint {checkpoint} was written with {was}, this run has no --pp-size: resume with {was}; {restart}"
+        )
+    now = f"--pp-size {layout['pp_size']} on {layout['pp_size'] * layout['dp_size']} ranks"
+    raise UserError(f"checkpoint {checkpoint} was written with {was}, this run has {now}: resume with {was}; {restart}")
 
 
 def is_universal(checkpoint: Path) -> bool:

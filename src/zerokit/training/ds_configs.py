@@ -1,4 +1,4 @@
-"""DeepSpeed configs by name: a JSON file's path, or one bundled in configs/ (zero2, zero3, zero3-offload).
+"""DeepSpeed configs by name: a JSON file's path, or one bundled in configs/ (zero1, zero2, zero3, zero3-offload).
 
 The one lookup `train`, `bench` and `doctor --against` share, so a name means the same file to each.
 """
@@ -34,7 +34,7 @@ def resolve_ds_config(name: str) -> Path | None:
     except json.JSONDecodeError as error:
         raise UserError(
             f"DeepSpeed config {path} is not valid JSON (line {error.lineno}: {error.msg}); "
-            "fix the file or pick a bundled one (--config zero2|zero3|zero3-offload)"
+            "fix the file or pick a bundled one (--config zero1|zero2|zero3|zero3-offload)"
         ) from None
     if not isinstance(config, dict):
         raise UserError(f"DeepSpeed config {path} must be a JSON object with a zero_optimization section")

@@ -39,7 +39,7 @@ LOWER_BOUNDS: dict[str, tuple[float, str]] = {
 
 # TrainingArguments fields that train sets from its own flags: given directly, they would be overridden.
 SET_BY_ZEROKIT = {
-    "deepspeed": "give the DeepSpeed config with --config FILE (or zero2, zero3, zero3-offload, none)",
+    "deepspeed": "give the DeepSpeed config with --config FILE (or zero1, zero2, zero3, zero3-offload, none)",
     "full_determinism": "pass --deterministic (it also makes resumes bit-exact on CPU)",
 }
 
