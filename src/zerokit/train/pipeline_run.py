@@ -239,6 +239,7 @@ class PipelineRun:
 
     def train(self, preemption, recorder) -> dict[str, float]:
         """Steps from the checkpoint's (or 0) to max_steps; the train metrics (empty once preempted)."""
+        from tqdm.auto import tqdm
         from transformers import TrainerControl, TrainerState
 
         from zerokit.runs.trainer import diverged
@@ -262,6 +263,7 @@ class PipelineRun:
         losses: list[float] = []
         since_log: list[float] = []
         started = time.monotonic()
+        bar = tqdm(total=self.max_steps, initial=self.start, disable=self.rank != 0 or args.disable_tqdm)
         for step in range(self.start + 1, self.max_steps + 1):
             loss = float(
                 self.engine.train_batch(data)
@@ -271,6 +273,7 @@ class PipelineRun:
                 raise diverged("the loss", step, str(self.options.output_dir))
             losses.append(loss)
             since_log.append(loss)
+            bar.update(1)
             last = step == self.max_steps
             control.should_save = args.save_strategy == "steps" and (step % save_every == 0 or last)
             if preemption is not None:
@@ -282,7 +285,9 @@ class PipelineRun:
                 self.save_checkpoint(state, recorder, control)
                 control.should_save = False
             if control.should_training_stop:
+                bar.close()
                 return {}
+        bar.close()
         runtime = time.monotonic() - started
         samples = len(losses) * micro * accumulation * self.layout.dp
         self.state = state
