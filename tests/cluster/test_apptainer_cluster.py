@@ -202,6 +202,33 @@ def test_sbatch_per_node_runs_tensor_parallel_inside_each_node_in_the_sif(cluste
     assert got == pytest.approx(expected, rel=1e-4)
 
 
+def test_sbatch_runs_pipeline_stages_on_two_nodes_in_the_sif(cluster: Cluster, apptainer: Apptainer, sif: Path):
+    """train.sbatch, one rank per node, --pp-size 2: stage 0 on node1, stage 1 on node2, so every micro-batch's
+    activations and their gradients cross the nodes; the losses of the whole model in one stage on one rank."""
+    tmp = cluster.shared_dir / "sif-pipeline"
+    tmp.mkdir()
+
+    def args(output: Path, pp: int) -> list[str]:
+        return [
+            "--config", "zero1", "--pp-size", str(pp), "--model-type", "llama", "--config-overrides", TINY_LLAMA,
+            "--block-size", "64", "--max_steps", "20", "--per_device_train_batch_size", "4",
+            "--gradient_accumulation_steps", "2", "--learning_rate", "3e-3", "--logging_steps", "1", "--seed", "7",
+            "--save_strategy", "no", "--output-dir", str(output),
+        ]  # fmt: skip
+
+    env = sif_env(tmp, apptainer, sif, TRAIN_ARGS=shlex.join(args(tmp / "run", 2)))
+    code, log = sbatch(cluster, cpu_job_script("scripts/slurm/train.sbatch", tmp), tmp, env, "--ntasks-per-node=1")
+    assert code == 0, log[-4000:]
+    assert ranks_seen(log) == {0: "node1", 1: "node2"}
+    assert "2 ranks = pipeline 2 stages x data parallel 1" in log
+    result = cluster.run("node1", ["apptainer", "exec", str(sif), "train", *args(tmp / "one", 1)], env=env, cwd=tmp,
+                         timeout=600)  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    expected, got = logged_losses(tmp / "one"), logged_losses(tmp / "run")
+    assert len(got) == len(expected) == 20 and got[-1] < 0.8 * got[0]
+    assert got == pytest.approx(expected, rel=1e-4)
+
+
 def test_host_mpirun_runs_each_rank_in_the_sif(cluster: Cluster, apptainer: Apptainer, sif: Path):
     """The hybrid model: launch in the SIF writes the mpirun command, the host's mpirun starts the ranks."""
     tmp = cluster.shared_dir / "sif-mpirun"

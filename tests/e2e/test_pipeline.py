@@ -62,8 +62,10 @@ def one_stage(runs: Path, env) -> Path:
 
 @pytest.fixture(scope="module")
 def two_stages(runs: Path, env):
-    """2 stages on 2 ranks (DP=1), the same batches; checkpoints at steps 10 and 20."""
-    result = trained(llama_argv(runs / "pp2", 2, 2, "--save_steps", "10"), env)
+    """2 stages on 2 ranks (DP=1), the same batches, each block's forward recomputed in the backward pass, an
+    evaluation at step 10 between the training steps; checkpoints at steps 10 and 20."""
+    extra = ["--save_steps", "10", "--gradient_checkpointing", "--eval_strategy", "steps", "--eval_steps", "10"]
+    result = trained(llama_argv(runs / "pp2", 2, 2, *extra), env)
     return runs / "pp2", result.stdout
 
 
@@ -85,6 +87,8 @@ def test_two_stages_log_the_losses_of_one_and_save_one_whole_model(one_stage: Pa
     split, whole = (AutoModelForCausalLM.from_pretrained(o).state_dict() for o in (output, one_stage))
     assert {k: v.shape for k, v in split.items()} == {k: v.shape for k, v in whole.items()}
     assert max((split[k] - whole[k]).abs().max().item() for k in whole) < 1e-4  # the same 20 steps
+    history = json.loads((output / "trainer_state.json").read_text())["log_history"]
+    assert [e["step"] for e in history if "eval_loss" in e] == [10]
     assert json.loads((output / "eval_results.json").read_text())["perplexity"] > 1
 
 

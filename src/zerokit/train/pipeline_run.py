@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,9 +123,9 @@ class PipelineRun:
         from deepspeed.pipe import PipelineModule
         from deepspeed.runtime.pipe.topology import PipeDataParallelTopology
 
-        if args.gradient_checkpointing:
+        if args.save_strategy == "best" or args.load_best_model_at_end:
             raise PipelineRefused(
-                "--pp-size with --gradient_checkpointing: not wired for pipeline stages yet; drop one"
+                "--pp-size keeps no best checkpoint yet: drop --save_strategy best / --load_best_model_at_end"
             )
         self.options, self.args, self.tokenizer, self.datasets, self.layout = options, args, tokenizer, datasets, layout
         self.config = model.config
@@ -142,6 +143,10 @@ class PipelineRun:
             loss_fn=loss_function(model),
             topology=topology,
             partition_method="type:PipelineBlock",
+            # --gradient_checkpointing: each block's forward is recomputed in the backward pass (not the embedding:
+            # the reentrant checkpoint of a layer whose input needs no grad would cut its weights off)
+            activation_checkpoint_interval=1 if args.gradient_checkpointing else 0,
+            checkpointable_layers=["PipelineBlock"],
         )
         config = resolved_ds_config(args, model, layout, self.max_steps)
         parameters = [p for p in self.pipe.parameters() if p.requires_grad]
@@ -250,8 +255,9 @@ class PipelineRun:
         state.max_steps, state.global_step = self.max_steps, self.start
         state.train_batch_size = micro
         state.is_world_process_zero = state.is_local_process_zero = self.rank == 0
-        log_every, save_every = every(args.logging_steps, self.max_steps), every(args.save_steps, self.max_steps)
-        state.logging_steps, state.save_steps = log_every, save_every
+        log_every = every(args.logging_steps, self.max_steps)
+        state.logging_steps, state.save_steps = log_every, every(args.save_steps, self.max_steps)
+        state.eval_steps = every(args.eval_steps or log_every, self.max_steps)
         control = TrainerControl()
         recorder.on_train_begin(args, state, control)
         if preemption is not None:
@@ -275,12 +281,17 @@ class PipelineRun:
             since_log.append(loss)
             bar.update(1)
             last = step == self.max_steps
-            control.should_save = args.save_strategy == "steps" and (step % save_every == 0 or last)
+            epoch_ended = int(state.epoch) > int((step - 1) * accumulation / per_epoch)
+            control.should_save = due(args.save_strategy, state.save_steps, step, epoch_ended) or (
+                last and args.save_strategy != "no"
+            )
             if preemption is not None:
                 preemption.on_step_end(args, state, control)
             if since_log and (step % log_every == 0 or last or control.should_training_stop):
                 self.log(state, sum(since_log) / len(since_log))
                 since_log = []
+            if due(args.eval_strategy, state.eval_steps, step, epoch_ended) and not last:
+                self.log_evaluation(state)
             if control.should_save:
                 self.save_checkpoint(state, recorder, control)
                 control.should_save = False
@@ -307,7 +318,17 @@ class PipelineRun:
         entry.update(epoch=state.epoch, step=state.global_step)
         state.log_history.append(entry)
         if self.rank == 0:
-            print({k: v for k, v in entry.items() if k != "step"}, flush=True)
+            show({k: v for k, v in entry.items() if k != "step"})
+
+    def log_evaluation(self, state) -> None:
+        """--eval_strategy during training: the validation loss, logged as the Trainer logs it."""
+        evaluation = self.evaluate()
+        if evaluation is not None:
+            state.log_history.append(
+                {"eval_loss": evaluation["eval_loss"], "epoch": state.epoch, "step": state.global_step}
+            )
+            if self.rank == 0:
+                show({"eval_loss": evaluation["eval_loss"], "epoch": state.epoch})
 
     def finish(self, metrics: dict[str, float], recorder) -> None:
         """The whole model, the results files and the trainer state in the output folder (every rank calls it)."""
@@ -326,6 +347,19 @@ class PipelineRun:
             write_json(output / "all_results.json", results, indent=4)
             self.state.save_to_json(str(output / "trainer_state.json"))
         recorder.on_train_end(self.args, self.state, TrainerControl())
+
+
+def show(logs: dict) -> None:
+    """A log line on stdout, as the Trainer writes it: above the progress bar, not through it."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(str(logs))
+    sys.stdout.flush()
+
+
+def due(strategy, steps: int, step: int, epoch_ended: bool) -> bool:
+    """Whether a save or evaluation strategy of the Trainer's ("no", "steps", "epoch") asks for one after step."""
+    return (strategy == "steps" and step % steps == 0) or (strategy == "epoch" and epoch_ended)
 
 
 def every(steps: float, max_steps: int) -> int:
