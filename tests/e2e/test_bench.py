@@ -62,22 +62,23 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
     assert notes.read_text() == "mine"
 
 
-def test_a_tensor_parallel_config_row_counts_its_shared_batches_and_the_whole_model(tmp_path: Path, zk_env):
-    """--configs NAME+tp2: train --tp-size 2 on the 2 ranks (a Llama, which AutoTP splits). Its 2 ranks share
-    each batch, so its samples per step are one rank's batch, not two; its parameters are the whole model's,
-    not one rank's slice."""
+def test_split_config_rows_count_their_shared_batches_and_the_whole_model(tmp_path: Path, zk_env):
+    """--configs NAME+tp2 and NAME+pp2: train --tp-size 2 and --pp-size 2 on the 2 ranks (a Llama, which both
+    split). The 2 ranks share each batch, so the samples per step are one rank's batch, not two; the parameters
+    are the whole model's, not one rank's part."""
     out = tmp_path / "bench"
-    argv = ["bench", "--output", str(out), "--ranks", "2", "--config", "zero2", "--configs", "zero2+tp2",
+    argv = ["bench", "--output", str(out), "--ranks", "2", "--config", "zero2", "--configs", "zero2+tp2,zero1+pp2",
             "--steps", "8", "--warmup-steps", "2", "--eval-steps", "4", "--batch-size", "4"]  # fmt: skip
     skips = [word for group in ("startup", "data", "overhead", "preemption") for word in ("--skip", group)]
     llama = ["--model-type", "llama", "--config-overrides", TINY_LLAMA]
     result = run_zerokit([*argv, *skips, "--", *llama], zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads((out / "results.json").read_text())
-    assert [row["config"] for row in figures["configs"]] == ["zero2", "zero2+tp2"]
+    assert [row["config"] for row in figures["configs"]] == ["zero2", "zero2+tp2", "zero1+pp2"]
     runs = {run["variant"]: run for run in figures["runs"]}
-    data_parallel, tensor_parallel = runs["zerokit"], runs["zero2+tp2"]
-    assert tensor_parallel["parameters"] == data_parallel["parameters"] > 0
-    assert tensor_parallel["samples_per_second"] == pytest.approx(tensor_parallel["steps_per_second"] * 4)
+    data_parallel = runs["zerokit"]
     assert data_parallel["samples_per_second"] == pytest.approx(data_parallel["steps_per_second"] * 4 * 2)
-    assert "| zero2+tp2 |" in (out / "report.md").read_text()
+    for split in (runs["zero2+tp2"], runs["zero1+pp2"]):
+        assert split["parameters"] == data_parallel["parameters"] > 0
+        assert split["samples_per_second"] == pytest.approx(split["steps_per_second"] * 4)
+    assert "| zero2+tp2 |" in (out / "report.md").read_text() and "| zero1+pp2 |" in (out / "report.md").read_text()

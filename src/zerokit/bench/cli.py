@@ -18,7 +18,7 @@ from zerokit.bench.plan import (
     DataInputs,
     PlainInputs,
     common_training_flags,
-    config_and_tp,
+    config_and_split,
     plan_runs,
 )
 from zerokit.foundations.errors import UserError
@@ -57,7 +57,8 @@ class BenchFlags:
         "--configs",
         default="zero2,zero3,zero3-offload,none",
         help="configs compared on one node at the largest --ranks, comma-separated; none: no DeepSpeed; "
-        "NAME+tpN: that config with train --tp-size N (a model AutoTP splits: -- --model-type llama) "
+        "NAME+tpN: that config with train --tp-size N (a model AutoTP splits: -- --model-type llama); "
+        "NAME+ppN: with train --pp-size N (a ZeRO-1 config: zero1+pp2) "
         "(default: zero2,zero3,zero3-offload,none)",
     )
     steps: int = flag("--steps", type=int, default=40, help="optimizer steps per run (default: 40)")
@@ -152,20 +153,27 @@ def parse(argv: list[str]) -> BenchConfig:
 
 def checked_configs(text: str, ranks: int) -> list[str]:
     """The configs group's entries, each checked now (in one line, not after the other runs): a config, and
-    with `+tpN` a tensor-parallel size that divides the group's ranks (the largest --ranks)."""
+    with `+tpN` or `+ppN` a tensor-parallel or pipeline size that divides the group's ranks (the largest
+    --ranks); a pipeline's config must be ZeRO-1."""
+    import json
+
     from zerokit.training.ds_configs import resolve_ds_config
 
     names = [name.strip() for name in text.split(",") if name.strip()]
     for entry in names:
-        name, tp_size = config_and_tp(entry)
-        resolve_ds_config(name)
-        if tp_size < 1:
-            raise UserError(f"--configs {entry}: the tensor parallel size must be at least 1 (+tp2, +tp4, ...)")
-        if ranks % tp_size:
+        name, split, size = config_and_split(entry)
+        config = resolve_ds_config(name)
+        what = {"tp": "tensor parallel", "pp": "pipeline", "": ""}[split]
+        if size < 1:
+            raise UserError(f"--configs {entry}: the {what} size must be at least 1 (+{split}2, +{split}4, ...)")
+        if ranks % size:
             raise UserError(
-                f"--configs {entry}: tensor parallel size {tp_size} does not divide the {ranks} ranks the configs "
-                f"run on (the largest --ranks): give --ranks a multiple of {tp_size}"
+                f"--configs {entry}: {what} size {size} does not divide the {ranks} ranks the configs "
+                f"run on (the largest --ranks): give --ranks a multiple of {size}"
             )
+        stage = json.loads(config.read_text()).get("zero_optimization", {}).get("stage", 0) if config else None
+        if split == "pp" and stage != 1:
+            raise UserError(f"--configs {entry}: pipeline stages train with ZeRO-1: give zero1+pp{size}")
     return names
 
 

@@ -113,7 +113,7 @@ def zerokit_run(
     env: dict[str, str] | None = None,
 ) -> Run:
     folder = cfg.output / "runs" / name
-    config, tp_size = config_and_tp(config or str(cfg.config))
+    config, split, size = config_and_split(config or str(cfg.config))
     launch = ["--nproc-per-node", str(ranks)]
     if nodes > 1:
         launch += ["--launcher", cfg.launcher, "--hostfile", str(folder / "hostfile")]
@@ -127,8 +127,8 @@ def zerokit_run(
         "--timings-dir",
         str(folder / "timings"),
     ]
-    if tp_size > 1:
-        train += ["--tp-size", str(tp_size)]
+    if split:
+        train += [SPLIT_FLAGS[split], str(size)]
     if cfg.model:
         train += ["--model", cfg.model]
     if cfg.dataset and not extra_train:
@@ -174,18 +174,24 @@ def plain_run(cfg: BenchConfig, name: str, ranks: int, inputs: PlainInputs) -> R
     return Run(name, "overhead", "plain", 1, ranks, (*argv, *common_training_flags(cfg)), folder, env)
 
 
+# A configs-group entry's suffix: the model split over N ranks (+tpN: train --tp-size N, +ppN: --pp-size N).
+SPLIT_FLAGS = {"tp": "--tp-size", "pp": "--pp-size"}
+
+
 def config_label(config: str) -> str:
-    name, tp = config_and_tp(config)
+    name, split, size = config_and_split(config)
     label = Path(name).stem if name.endswith(".json") else name
-    return f"{label}+tp{tp}" if tp > 1 else label
+    return f"{label}+{split}{size}" if split else label
 
 
-def config_and_tp(config: str) -> tuple[str, int]:
-    """A configs-group entry: a config (a bundled name or a file), with `+tpN` for train --tp-size N."""
-    name, plus, tp = config.rpartition("+tp")
-    if plus and tp.isdigit() and name:
-        return name, int(tp)
-    return config, 1
+def config_and_split(config: str) -> tuple[str, str, int]:
+    """A configs-group entry: a config (a bundled name or a file), with `+tpN` for train --tp-size N or `+ppN`
+    for train --pp-size N: (config, "tp" or "pp" or "", N)."""
+    for split in SPLIT_FLAGS:
+        name, plus, size = config.rpartition(f"+{split}")
+        if plus and size.isdigit() and name:
+            return name, split, int(size)
+    return config, "", 1
 
 
 def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: DataInputs | None = None) -> list[Run]:

@@ -50,7 +50,6 @@ UNSERVED = {
     "--lora": lambda o: o.lora is not None,
     "--train-last-layers": lambda o: bool(o.train_last_layers),
     "--streaming": lambda o: o.streaming,
-    "--timings-dir": lambda o: o.timings_dir is not None,
 }
 
 

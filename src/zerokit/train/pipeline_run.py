@@ -118,7 +118,9 @@ def plan_steps(args, train_blocks: int, layout: PipeLayout) -> int:
 class PipelineRun:
     """The engine and what this rank owns of the model; `train` runs the loop."""
 
-    def __init__(self, options, args, model, tokenizer, datasets, layout: PipeLayout, resume: Path | None) -> None:
+    def __init__(
+        self, options, args, model, tokenizer, datasets, layout: PipeLayout, resume: Path | None, callbacks: list
+    ) -> None:
         import deepspeed
         from deepspeed.pipe import PipelineModule
         from deepspeed.runtime.pipe.topology import PipeDataParallelTopology
@@ -128,6 +130,7 @@ class PipelineRun:
                 "--pp-size keeps no best checkpoint yet: drop --save_strategy best / --load_best_model_at_end"
             )
         self.options, self.args, self.tokenizer, self.datasets, self.layout = options, args, tokenizer, datasets, layout
+        self.callbacks = callbacks
         self.config = model.config
         self.layers: list[PipeLayer] = pipeline_layers(model)
         blocks = sum(layer.is_block for layer in self.layers)
@@ -199,7 +202,7 @@ class PipelineRun:
             shutil.rmtree(stages)
         dist.barrier()
 
-    def save_checkpoint(self, state, recorder, control) -> None:
+    def save_checkpoint(self, state, control) -> None:
         """checkpoint-N: DeepSpeed's files and the HF model, written into tmp-checkpoint-N, then published."""
         run_dir = self.options.output_dir
         name = f"{PREFIX}-{state.global_step}"
@@ -216,7 +219,7 @@ class PipelineRun:
             publish(staging, run_dir / name)
             rotate(run_dir, self.args.save_total_limit)
         dist.barrier()
-        recorder.on_save(self.args, state, control)
+        self.event("on_save", state, control)
 
     def evaluate(self) -> dict[str, float] | None:
         """The validation loss over this layout's whole micro-batches (None when there is not one)."""
@@ -242,7 +245,13 @@ class PipelineRun:
             "eval_samples": count * micro * self.layout.dp,
         }
 
-    def train(self, preemption, recorder) -> dict[str, float]:
+    def event(self, name: str, state, control, **kwargs):
+        """Each TrainerCallback's hook `name`, in order, as the Trainer calls them; the control they leave."""
+        for callback in self.callbacks:
+            control = getattr(callback, name)(self.args, state, control, **kwargs) or control
+        return control
+
+    def train(self) -> dict[str, float]:
         """Steps from the checkpoint's (or 0) to max_steps; the train metrics (empty once preempted)."""
         from tqdm.auto import tqdm
         from transformers import TrainerControl, TrainerState
@@ -258,22 +267,17 @@ class PipelineRun:
         log_every = every(args.logging_steps, self.max_steps)
         state.logging_steps, state.save_steps = log_every, every(args.save_steps, self.max_steps)
         state.eval_steps = every(args.eval_steps or log_every, self.max_steps)
-        control = TrainerControl()
-        recorder.on_train_begin(args, state, control)
-        if preemption is not None:
-            preemption.on_train_begin(args, state, control)
-        per_epoch = len(self.datasets["train"]) // self.layout.dp // micro
-        data = micro_batches(
-            self.datasets["train"], micro, self.layout.dp, self.dp_rank, args.seed, self.start * accumulation
-        )
+        self.state = state
+        control = self.event("on_train_begin", state, TrainerControl())
+        train_blocks, replicas = self.datasets["train"], self.layout.dp
+        per_epoch = len(train_blocks) // replicas // micro
+        data = micro_batches(train_blocks, micro, replicas, self.dp_rank, args.seed, self.start * accumulation)
         losses: list[float] = []
         since_log: list[float] = []
         started = time.monotonic()
         bar = tqdm(total=self.max_steps, initial=self.start, disable=self.rank != 0 or args.disable_tqdm)
         for step in range(self.start + 1, self.max_steps + 1):
-            loss = float(
-                self.engine.train_batch(data)
-            )  # the same on every rank: the last stage's, averaged over replicas
+            loss = float(self.engine.train_batch(data))  # on every rank: the last stage's, averaged over replicas
             state.global_step, state.epoch = step, step * accumulation / per_epoch
             if not math.isfinite(loss):
                 raise diverged("the loss", step, str(self.options.output_dir))
@@ -282,26 +286,24 @@ class PipelineRun:
             bar.update(1)
             last = step == self.max_steps
             epoch_ended = int(state.epoch) > int((step - 1) * accumulation / per_epoch)
-            control.should_save = due(args.save_strategy, state.save_steps, step, epoch_ended) or (
-                last and args.save_strategy != "no"
-            )
-            if preemption is not None:
-                preemption.on_step_end(args, state, control)
-            if since_log and (step % log_every == 0 or last or control.should_training_stop):
+            at_end = last and args.save_strategy != "no"
+            control.should_save = due(args.save_strategy, state.save_steps, step, epoch_ended) or at_end
+            control = self.event("on_step_end", state, control)  # a preemption asks to save and stop
+            if step % log_every == 0 or last or control.should_training_stop:
                 self.log(state, sum(since_log) / len(since_log))
                 since_log = []
             if due(args.eval_strategy, state.eval_steps, step, epoch_ended) and not last:
-                self.log_evaluation(state)
+                self.log_evaluation(state, control)
             if control.should_save:
-                self.save_checkpoint(state, recorder, control)
+                self.save_checkpoint(state, control)
                 control.should_save = False
             if control.should_training_stop:
                 bar.close()
                 return {}
         bar.close()
         runtime = time.monotonic() - started
-        samples = len(losses) * micro * accumulation * self.layout.dp
-        self.state = state
+        samples = len(losses) * micro * accumulation * replicas
+        self.event("on_train_end", state, control)
         return {
             "train_loss": sum(losses) / max(1, len(losses)),
             "train_runtime": round(runtime, 4),
@@ -320,8 +322,8 @@ class PipelineRun:
         if self.rank == 0:
             show({k: v for k, v in entry.items() if k != "step"})
 
-    def log_evaluation(self, state) -> None:
-        """--eval_strategy during training: the validation loss, logged as the Trainer logs it."""
+    def log_evaluation(self, state, control) -> dict[str, float] | None:
+        """The validation loss, logged as the Trainer logs it (during training, and at the end)."""
         evaluation = self.evaluate()
         if evaluation is not None:
             state.log_history.append(
@@ -329,14 +331,16 @@ class PipelineRun:
             )
             if self.rank == 0:
                 show({"eval_loss": evaluation["eval_loss"], "epoch": state.epoch})
+            self.event("on_evaluate", state, control, metrics=evaluation)
+        return evaluation
 
-    def finish(self, metrics: dict[str, float], recorder) -> None:
+    def finish(self, metrics: dict[str, float]) -> None:
         """The whole model, the results files and the trainer state in the output folder (every rank calls it)."""
         from transformers import TrainerControl
 
         output = self.options.output_dir
         self.write_hf_model(output)
-        evaluation = self.evaluate()
+        evaluation = self.log_evaluation(self.state, TrainerControl())
         if self.rank == 0:
             results = dict(metrics)
             write_json(output / "train_results.json", metrics, indent=4)
@@ -346,7 +350,6 @@ class PipelineRun:
                 print(f"zerokit: eval loss {evaluation['eval_loss']:.4f}, perplexity {evaluation['perplexity']:.2f}")
             write_json(output / "all_results.json", results, indent=4)
             self.state.save_to_json(str(output / "trainer_state.json"))
-        recorder.on_train_end(self.args, self.state, TrainerControl())
 
 
 def show(logs: dict) -> None:
@@ -367,14 +370,20 @@ def every(steps: float, max_steps: int) -> int:
     return int(steps) if steps >= 1 else max(1, math.ceil(steps * max_steps))
 
 
-def train_pipeline(options, args, model, tokenizer, datasets, layout: PipeLayout, resume, preemption, recorder) -> int:
-    """A `--pp-size` run on this rank: build, say the layout, train, write; the exit code."""
-    run = PipelineRun(options, args, model, tokenizer, datasets, layout, resume)
-    recorder.on_init_end(args, None, None)
+def train_pipeline(options, args, model, tokenizer, datasets, layout: PipeLayout, resume, callbacks) -> int:
+    """A `--pp-size` run on this rank: build, say the layout, train, write; the exit code.
+
+    callbacks: the TrainerCallbacks a Trainer would get (preemption, the run record, bench's step clock).
+    """
+    from zerokit.runs.preemption import PreemptionCallback
+
+    run = PipelineRun(options, args, model, tokenizer, datasets, layout, resume, callbacks)
+    run.event("on_init_end", None, None)
     if run.rank == 0:
         print(layout.describe(args.per_device_train_batch_size, args.gradient_accumulation_steps), flush=True)
-    metrics = run.train(preemption, recorder)
+    metrics = run.train()
+    preemption = next((c for c in callbacks if isinstance(c, PreemptionCallback)), None)
     if preemption is not None and preemption.preempted:
         return preemption.exit_code
-    run.finish(metrics, recorder)
+    run.finish(metrics)
     return 0

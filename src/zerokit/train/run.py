@@ -93,28 +93,28 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     check_free_space(options.output_dir, model, saves_checkpoints=args.save_strategy != "no")
     datasets = load_datasets(options, tokenizer, model, args)
     mark("data")
-    watch = None if os.environ.get(BENCH_WITHOUT_VARIABLE) == "1" else preemption
-    callbacks = [watch] if watch else []
+    callbacks = [] if os.environ.get(BENCH_WITHOUT_VARIABLE) == "1" else [preemption]
     if options.timings_dir:
         from zerokit.training.step_clock import StepClock
 
-        whole = model.num_parameters() if layout.tp > 1 else None  # before AutoTP slices it
+        shared = stages.pp if stages else layout.tp  # ranks per data-parallel replica
+        whole = model.num_parameters() if shared > 1 else None  # before AutoTP or the stages split it
         tokens = block_length(datasets["train"])
-        callbacks.append(StepClock(options.timings_dir, tokens_per_sample=tokens, tp_size=layout.tp, parameters=whole))
+        clock = StepClock(options.timings_dir, tokens_per_sample=tokens, model_parallel=shared, parameters=whole)
+        callbacks.append(clock)
     # zerokit-run.json in the output folder and each checkpoint: what this run ran on.
-    recorder = RunRecorder(
-        options.output_dir,
-        config_name=options.config,
-        config_file=options.ds_config,
-        resume=resume,
-        rank=args.process_index,
-        layout=stages.as_record() if stages else {"tp_size": layout.tp, "dp_size": layout.dp},
-    )
-    callbacks.append(recorder)
-    if stages:
-        return train_in_stages(
-            options, args, model, tokenizer, datasets, stages, resume, watch, recorder, record, skipped
+    callbacks.append(
+        RunRecorder(
+            options.output_dir,
+            config_name=options.config,
+            config_file=options.ds_config,
+            resume=resume,
+            rank=args.process_index,
+            layout=stages.as_record() if stages else {"tp_size": layout.tp, "dp_size": layout.dp},
         )
+    )
+    if stages:
+        return train_in_stages(options, args, model, tokenizer, datasets, stages, resume, callbacks, record, skipped)
 
     trainer = ZerokitTrainer(
         loss_guard=FiniteLossGuard(),
@@ -139,9 +139,7 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
         raise
 
 
-def train_in_stages(
-    options, args, model, tokenizer, datasets, stages, resume, preemption, recorder, record, notes
-) -> int:
+def train_in_stages(options, args, model, tokenizer, datasets, stages, resume, callbacks, record, notes) -> int:
     """--pp-size: DeepSpeed's pipeline engine instead of the Trainer (zerokit.train.pipeline_run)."""
     from zerokit.train.pipeline_run import train_pipeline
 
@@ -150,7 +148,7 @@ def train_in_stages(
             print(f"zerokit: {note}", file=sys.stderr, flush=True)
         print(_resume_message(options, resume, universal=False), flush=True)
     try:
-        code = train_pipeline(options, args, model, tokenizer, datasets, stages, resume, preemption, recorder)
+        code = train_pipeline(options, args, model, tokenizer, datasets, stages, resume, callbacks)
     except RunFailure:
         _shutdown_distributed(barrier=False)
         raise

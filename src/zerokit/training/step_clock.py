@@ -33,14 +33,16 @@ def peak_memory() -> tuple[int, str]:
 
 
 class StepClock(TrainerCallback):
-    """tp_size: under tensor parallelism the ranks of a group share a batch (samples per step count the
-    data-parallel groups) and each holds a slice of the weights, so the caller gives the whole model's
-    parameter count, taken before the split."""
+    """model_parallel: the ranks of one data-parallel replica (a tensor-parallel group, or a pipeline's stages).
+    They share a batch (samples per step count the replicas) and each holds a part of the weights, so the
+    caller gives the whole model's parameter count, taken before the split."""
 
-    def __init__(self, folder: str | Path, tokens_per_sample: int, tp_size: int = 1, parameters: int | None = None):
+    def __init__(
+        self, folder: str | Path, tokens_per_sample: int, model_parallel: int = 1, parameters: int | None = None
+    ):
         self.folder = Path(folder)
         self.tokens_per_sample = tokens_per_sample
-        self.tp_size = tp_size
+        self.model_parallel = model_parallel
         self.mark = time.time()
         self.first_step_end: float | None = None
         self.step_seconds: list[float] = []
@@ -71,7 +73,7 @@ class StepClock(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         memory, kind = peak_memory()
-        data_parallel = args.world_size // self.tp_size
+        data_parallel = args.world_size // self.model_parallel
         samples_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * data_parallel
         self.record = {
             "rank": args.process_index,

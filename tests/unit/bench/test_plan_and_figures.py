@@ -205,10 +205,12 @@ def test_a_tiny_models_mfu_is_not_printed_as_zero():
     assert (percent(0.00007), percent(0.412)) == ("0.007%", "41%")
 
 
-def test_a_tensor_parallel_config_that_does_not_divide_the_ranks_is_refused_before_any_run():
+def test_a_split_config_that_does_not_divide_the_ranks_is_refused_before_any_run():
     from zerokit.bench.cli import checked_configs
 
-    assert checked_configs("zero2, zero2+tp2", 4) == ["zero2", "zero2+tp2"]
+    assert checked_configs("zero2, zero2+tp2, zero1+pp4", 4) == ["zero2", "zero2+tp2", "zero1+pp4"]
+    with pytest.raises(UserError, match="--configs zero2\\+pp2: pipeline stages train with ZeRO-1: give zero1\\+pp2"):
+        checked_configs("zero2+pp2", 2)
     with pytest.raises(UserError, match="zero2\\+tp0: the tensor parallel size must be at least 1"):
         checked_configs("zero2+tp0", 2)
     with pytest.raises(UserError) as refused:
