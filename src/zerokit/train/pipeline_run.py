@@ -204,6 +204,8 @@ class PipelineRun:
 
     def save_checkpoint(self, state, control) -> None:
         """checkpoint-N: DeepSpeed's files and the HF model, written into tmp-checkpoint-N, then published."""
+        from zerokit.runs.trainer import naming_a_full_disk
+
         run_dir = self.options.output_dir
         name = f"{PREFIX}-{state.global_step}"
         staging = run_dir / f"{STAGING_PREFIX}{name}"
@@ -211,8 +213,9 @@ class PipelineRun:
             shutil.rmtree(staging)
         dist.barrier()
         step = state.global_step
-        self.engine.save_checkpoint(str(staging), tag=f"global_step{step}", client_state={"zerokit_step": step})
-        self.write_hf_model(staging)
+        with naming_a_full_disk(run_dir, name):
+            self.engine.save_checkpoint(str(staging), tag=f"global_step{step}", client_state={"zerokit_step": step})
+            self.write_hf_model(staging)
         if self.rank == 0:
             state.save_to_json(str(staging / "trainer_state.json"))
             write_json(staging / PIPELINE_NAME, self.layout.as_record())
@@ -338,8 +341,11 @@ class PipelineRun:
         """The whole model, the results files and the trainer state in the output folder (every rank calls it)."""
         from transformers import TrainerControl
 
+        from zerokit.runs.trainer import naming_a_full_disk
+
         output = self.options.output_dir
-        self.write_hf_model(output)
+        with naming_a_full_disk(output, "the model"):
+            self.write_hf_model(output)
         evaluation = self.log_evaluation(self.state, TrainerControl())
         if self.rank == 0:
             results = dict(metrics)
