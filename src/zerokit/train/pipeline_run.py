@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from zerokit.foundations.files import write_json
+from zerokit.launch.progress import heartbeat
 from zerokit.train.pipeline import PipeLayout
 from zerokit.training.checkpoints import PIPELINE_NAME, PREFIX, STAGING_PREFIX, publish, rotate
 from zerokit.training.pipeline_layers import (
@@ -281,6 +282,7 @@ class PipelineRun:
         bar = tqdm(total=self.max_steps, initial=self.start, disable=self.rank != 0 or args.disable_tqdm)
         for step in range(self.start + 1, self.max_steps + 1):
             loss = float(self.engine.train_batch(data))  # on every rank: the last stage's, averaged over replicas
+            heartbeat()  # launch's stall watch: a step ended (as the Trainer's steps report it)
             state.global_step, state.epoch = step, step * accumulation / per_epoch
             if not math.isfinite(loss):
                 raise diverged("the loss", step, str(self.options.output_dir))
