@@ -16,7 +16,7 @@ from zerokit.foundations.errors import UserError
 from zerokit.train.cli import parse
 from zerokit.train.pipeline import PipeLayout, check_ranks
 from zerokit.training.checkpoints import PIPELINE_NAME, check_pipeline_resume
-from zerokit.training.pipeline_layers import PipelineRefused, loss_function, pipeline_layers, run_in_one_process
+from zerokit.training.pipeline_layers import PipeLayer, PipelineRefused, head_forward, loss_function, pipeline_layers
 
 
 def tiny(kind: str):
@@ -35,6 +35,14 @@ def tiny(kind: str):
     }
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(configs[kind]).eval()  # eval: no dropout
+
+
+def run_in_one_process(layers: list[PipeLayer], input_ids: torch.Tensor) -> torch.Tensor:
+    """The layer list applied in order, as the pipeline's stages together apply it: the logits."""
+    hidden = input_ids
+    for layer in layers:
+        hidden = head_forward(layer.module, hidden) if layer.head else layer.module(hidden)
+    return hidden
 
 
 @pytest.mark.parametrize("kind", ["llama", "llama-tied", "gpt2"])

@@ -44,7 +44,7 @@ class PipeLayer:
     hf_prefixes: dict[str, str]  # this module's attribute -> that submodule's name in the HF model
     tied: bool = False  # the embedding shared with the head (first use: forward; second use: head_forward)
     head: bool = False  # the second use of the tied embedding: logits from its weight
-    is_block: bool = False
+    is_block: bool = False  # a decoder block: the stages are cut between blocks, balanced by their count
 
     def hf_state(self) -> dict[str, torch.Tensor]:
         """This layer's parameters under their Hugging Face names."""
@@ -176,14 +176,6 @@ def loss_function(model) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
         return hf_loss(logits, labels, vocab_size)
 
     return causal_lm_loss
-
-
-def run_in_one_process(layers: list[PipeLayer], input_ids: torch.Tensor) -> torch.Tensor:
-    """The layer list applied in order, as the pipeline's stages together apply it: the logits."""
-    hidden = input_ids
-    for layer in layers:
-        hidden = head_forward(layer.module, hidden) if layer.head else layer.module(hidden)
-    return hidden
 
 
 def deepspeed_layers(layers: list[PipeLayer]) -> list:
