@@ -24,6 +24,7 @@ from tests.cluster.test_launch_cluster import (
     train_args,
 )
 from tests.conftest import isolated_env, logged_losses, run_zerokit
+from tests.e2e.test_pipeline import llama_argv
 from tests.e2e.test_tensor_parallel import TINY_LLAMA
 from zerokit.image.container import PASS_JOB_ENV
 
@@ -208,13 +209,8 @@ def test_sbatch_runs_pipeline_stages_on_two_nodes_in_the_sif(cluster: Cluster, a
     tmp = cluster.shared_dir / "sif-pipeline"
     tmp.mkdir()
 
-    def args(output: Path, pp: int) -> list[str]:
-        return [
-            "--config", "zero1", "--pp-size", str(pp), "--model-type", "llama", "--config-overrides", TINY_LLAMA,
-            "--block-size", "64", "--max_steps", "20", "--per_device_train_batch_size", "4",
-            "--gradient_accumulation_steps", "2", "--learning_rate", "3e-3", "--logging_steps", "1", "--seed", "7",
-            "--save_strategy", "no", "--output-dir", str(output),
-        ]  # fmt: skip
+    def args(output: Path, pp: int) -> list[str]:  # tests/e2e/test_pipeline.py's run, each rank started apart
+        return llama_argv(output, 1, pp, "--save_strategy", "no")[1:]
 
     env = sif_env(tmp, apptainer, sif, TRAIN_ARGS=shlex.join(args(tmp / "run", 2)))
     code, log = sbatch(cluster, cpu_job_script("scripts/slurm/train.sbatch", tmp), tmp, env, "--ntasks-per-node=1")

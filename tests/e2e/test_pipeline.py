@@ -17,15 +17,11 @@ import pytest
 
 from tests.conftest import isolated_env, logged_losses, run_zerokit
 from tests.e2e.test_preemption import interrupted
+from tests.e2e.test_tensor_parallel import RTOL, TINY_LLAMA
 from zerokit.runs.preemption import REQUEUE_EXIT_CODE
 from zerokit.training.checkpoints import newest_complete_checkpoint
 
 STEPS = 20
-TINY_LLAMA = (
-    "hidden_size=64,intermediate_size=128,num_hidden_layers=2,num_attention_heads=4,"
-    "num_key_value_heads=2,max_position_embeddings=64"
-)
-RTOL = 1e-4
 
 
 def llama_argv(output: Path, ranks: int, pp: int, *extra: str) -> list[str]:

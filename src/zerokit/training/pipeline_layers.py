@@ -61,6 +61,11 @@ def head_forward(module: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     return nn.functional.linear(hidden, module.embed.weight)
 
 
+def positions(hidden: torch.Tensor) -> torch.Tensor:
+    """The position ids of a packed block: 0 .. length-1 (no padding, no cache), shape (1, length)."""
+    return torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
+
+
 class TokenEmbedding(nn.Module):
     """input ids -> token embeddings (Llama's embed_tokens, GPT-2's wte)."""
 
@@ -81,8 +86,7 @@ class PositionEmbedding(nn.Module):
         self.drop = drop
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
-        return self.drop(hidden + self.wpe(positions))
+        return self.drop(hidden + self.wpe(positions(hidden)))
 
 
 class PipelineBlock(nn.Module):
@@ -95,15 +99,15 @@ class PipelineBlock(nn.Module):
         self.config = config
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
+        ids = positions(hidden)
         mask = create_causal_mask(
-            config=self.config, inputs_embeds=hidden, attention_mask=None, past_key_values=None, position_ids=positions
+            config=self.config, inputs_embeds=hidden, attention_mask=None, past_key_values=None, position_ids=ids
         )
         if self.rotary is None:  # GPT-2
-            out = self.block(hidden, None, mask, position_ids=positions)
+            out = self.block(hidden, None, mask, position_ids=ids)
         else:
             out = self.block(
-                hidden, attention_mask=mask, position_ids=positions, position_embeddings=self.rotary(hidden, positions)
+                hidden, attention_mask=mask, position_ids=ids, position_embeddings=self.rotary(hidden, ids)
             )
         return out[0] if isinstance(out, tuple) else out
 
