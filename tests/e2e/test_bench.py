@@ -1,4 +1,5 @@
-"""`bench` on its smallest setting, to keep it working: 1 and 2 ranks, no DeepSpeed, one overhead pair, no JIT.
+"""`bench` on its smallest setting, to keep it working: 1 and 2 ranks, no DeepSpeed, one overhead round (zerokit,
+the plain HF script with and without DeepSpeed, the raw DeepSpeed loop), no JIT.
 
 Timings are not asserted (benchmarks are not tests): only that every figure is there, the
 training behind it learned, and the three files are written. The JIT start-up comparison is
@@ -27,7 +28,7 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
     skips = ["--skip", "startup", "--skip", "data", "--skip", "preemption"]
     result = run_zerokit([*argv, "--eval-steps", "6", "--repeats", "1", "--configs", "none", *skips], zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "4/5" in result.stderr  # the progress bar, one tick per run
+    assert "6/7" in result.stderr  # the progress bar, one tick per run
 
     figures = json.loads((out / "results.json").read_text())
     rows = figures["scaling"]
@@ -41,6 +42,10 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
     assert [len(r["peak_memory_bytes"]) for r in figures["runs"][:2]] == [1, 2]  # one figure per rank
     overhead = figures["overhead"]
     assert overhead["ranks"] == 2 and overhead["throughput_ratio"] > 0 and overhead["startup_ratio"] > 0
+    assert overhead["raw_ratio"]["ratio"] > 0 and overhead["no_deepspeed_ratio"]["ratio"] > 0
+    assert overhead["tokens_counted"]  # every script counted the tokens of its steps
+    raw = next(run for run in figures["runs"] if run["variant"] == "raw")
+    assert raw["evals"][-1][0] == 12 and raw["evals"][-1][1] < 10 and raw["parameters"] > 0  # it trained and evaluated
     assert figures["startup"] is None and figures["data"] is None
     configs = {row["config"]: row for row in figures["configs"]}
     assert sorted(configs) == ["none", "zero3"] and configs["none"]["samples_per_s"] > 0
@@ -55,6 +60,7 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
 
     report = (out / "report.md").read_text()
     assert "| 2 | 1 |" in report and "ratio zerokit / plain" in report and "Not run: pass `--jit-python`" in report
+    assert "| raw DeepSpeed loop |" in report and "| plain HF Trainer, no DeepSpeed |" in report
     assert "| none |" in report and "| launch preflight |" in report
     assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The plain script trained too: its own output, not zerokit's.

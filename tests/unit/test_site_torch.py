@@ -4,6 +4,7 @@ The site venv itself, its ops and its training: tests/e2e/test_site_stack.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from zerokit.image import site_torch
+from zerokit.image import built_ops, ops_gate, site_torch
 from zerokit.image.site_torch import SiteTorch, SiteTorchError, changes, check_lock, deepspeed_arch_list
 from zerokit.image.stack import load_stack
 
@@ -67,6 +68,32 @@ def test_a_cuda_site_builds_the_cuda_ops_for_torchs_archs_with_the_sites_nvcc(mo
     # Only this machine's GPU (what make gpu-proof does to compile in minutes), in torch's own spelling.
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
     assert load_stack("site").ds_build_env()["TORCH_CUDA_ARCH_LIST"] == "9.0"
+
+
+def test_the_gate_records_the_arch_list_the_ops_were_built_with_and_a_later_gate_keeps_it(monkeypatch, tmp_path):
+    """make venv STACK=site with TORCH_CUDA_ARCH_LIST=9.0a (the GPU proof's): the record says 9.0, read back equal;
+    the gate run again without the variable (the stack now names torch's list) leaves it; a new install rewrites it."""
+    monkeypatch.setattr(site_torch, "recorded", lambda: CUDA_SITE)
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
+    built_for_the_gpu = load_stack("site")
+    assert ops_gate.record_build(built_for_the_gpu, tmp_path).startswith("recorded in ")
+    written = built_ops.of_stack(built_for_the_gpu)
+    assert built_ops.recorded(tmp_path) == written
+    assert (written.stack, written.accelerator, written.torch_cuda_arch_list) == ("site", "cuda", "9.0")
+    assert written.ops == tuple(sorted(load_stack("cuda13").ds_ops))
+    text = (tmp_path / built_ops.FACTS_NAME).read_text()
+    assert list(json.loads(text)) == sorted(json.loads(text))  # keys sorted, nothing of the moment: reproducible
+
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
+    later = load_stack("site")
+    assert later.torch_cuda_arch_list == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+    assert ops_gate.record_build(later, tmp_path).endswith(": kept")
+    assert built_ops.recorded(tmp_path).torch_cuda_arch_list == "9.0"
+
+    monkeypatch.setattr(built_ops, "deepspeed_digest", lambda: "another install")
+    ops_gate.record_build(later, tmp_path)
+    assert built_ops.recorded(tmp_path).torch_cuda_arch_list == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+    assert built_ops.recorded(tmp_path / "elsewhere") is None
 
 
 def test_a_cpu_site_builds_the_cpu_stacks_ops():

@@ -9,6 +9,9 @@ import pytest
 
 from zerokit.commands import smoke
 from zerokit.commands.smoke import RUNS, evaluate, markdown, passed
+from zerokit.doctor.gpu import GpuInfo
+from zerokit.image.built_ops import BuiltOps
+from zerokit.image.stack import load_stack
 
 MIB = 2**20
 
@@ -105,6 +108,20 @@ def test_each_failure_fails_the_smoke_and_names_itself(device: str, path: str, v
 def test_a_gpu_outside_the_arch_lists_fails(path: str, value):
     f = change("gpu", path, value)
     assert failed(f) == ["GPU in the arch lists"]
+
+
+def test_the_gpu_is_judged_against_the_archs_the_ops_were_recorded_as_built_for():
+    """A venv whose ops were built for 9.0 only (recorded at build), on an A100 (8.0): the stack's list has 8.0,
+    the ops do not."""
+    stack = load_stack("cuda13")
+    built = BuiltOps("cuda13", "cuda", "9.0", ("cpu_adam", "fused_adam"), "0.19.8", "0123456789abcdef")
+    gpu = smoke.gpu_facts(stack, GpuInfo(None, (), (), None, built))
+    assert (gpu["stack_arch_list"], gpu["ops_arch_recorded"]) == ("9.0", True)
+    assert smoke.gpu_facts(stack, GpuInfo(None, (), (), None))["stack_arch_list"] == stack.torch_cuda_arch_list
+    a100 = change("gpu", "gpu.devices.0.1", [8, 0])
+    a100["gpu"] |= {"stack_arch_list": "9.0", "ops_arch_recorded": True}
+    (arch,) = [a for a in evaluate(a100) if a.name == "GPU in the arch lists"]
+    assert arch.status == "fail" and "ops recorded at build '9.0'; the prebuilt ops have no code for 8.0" in arch.detail
 
 
 def test_a_newer_minor_capability_runs_code_of_the_same_major():

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerokit.bench.flops import peak_tflops, precision_of
 from zerokit.bench.plan import (
     DATA_SCALES,
     SKIPPABLE,
@@ -27,8 +28,11 @@ from zerokit.foundations.values import int_list
 from zerokit.launch.config import REMOTE_LAUNCHERS
 from zerokit.training import outputs
 
-# The plain HF Trainer script bench compares train with: part of what bench runs, so it ships in the package.
+# The plain HF Trainer script and the raw DeepSpeed loop bench compares train with: part of what bench runs,
+# so they ship in the package.
 PLAIN_SCRIPT = Path(__file__).with_name("plain_hf_trainer.py")
+RAW_SCRIPT = Path(__file__).with_name("raw_deepspeed_loop.py")
+PRESET_NAMES = ("gpt2-124m", "gpt2-350m", "tiny")  # zerokit.bench.presets.PRESETS (imports no torch here)
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,12 @@ class BenchFlags:
     """`bench`'s flags, each defined once here (zerokit.foundations.flags); `parse` makes the BenchConfig."""
 
     output: Path = flag("--output", type=Path, default=Path("runs/bench"), help="report folder (default: runs/bench)")
+    preset: str | None = flag(
+        "--preset",
+        choices=PRESET_NAMES,
+        help="a whole job: gpt2-124m (GPT-2 small's shape, blocks of 1024, bf16 on a GPU), gpt2-350m, or tiny (the "
+        "same job at 2x64, for CPU); its model and corpus are made in --output; flags given with it override it",
+    )
     overwrite: bool = flag(
         "--overwrite",
         default=False,
@@ -101,6 +111,11 @@ def parse(argv: list[str]) -> BenchConfig:
     cut = argv.index("--") if "--" in argv else len(argv)
     own, train_args = argv[:cut], argv[cut + 1 :]
     args = from_namespace(BenchFlags, build_parser().parse_args(own))
+    if args.preset:  # the preset's flags first: the user's own, parsed after them, win
+        from zerokit.bench.presets import preset_flags
+
+        own = [*preset_flags(args.preset, args.output.resolve()), *own]
+        args = from_namespace(BenchFlags, build_parser().parse_args(own))
     outputs.check_writable(args.output, "--output")
     if outputs.entries(args.output) and not args.overwrite:
         raise UserError(f"{args.output} exists: pass --overwrite to replace an earlier report there, or --output DIR")
@@ -125,6 +140,12 @@ def parse(argv: list[str]) -> BenchConfig:
     on_gpu = torch.cuda.is_available()
     if on_gpu and torch.cuda.is_bf16_supported() and not {"--bf16", "--fp16"} & set(train_args):
         train_args += ["--bf16", "true"]  # train's default on such GPUs; said once, so the plain script gets it too
+    precision = precision_of(train_args)
+    if on_gpu and not args.peak_tflops and peak_tflops(torch.cuda.get_device_name(0), precision) is None:
+        raise UserError(
+            f"bench: zerokit.bench.flops has no {precision} peak for {torch.cuda.get_device_name(0)!r}, so MFU cannot "
+            f"be reported: give --peak-tflops N (the data sheet's dense {precision} TFLOPS per GPU)"
+        )
     return BenchConfig(
         output=args.output.resolve(),
         ranks=args.ranks,
@@ -139,6 +160,7 @@ def parse(argv: list[str]) -> BenchConfig:
         python=sys.executable,
         jit_python=args.jit_python,
         plain_script=PLAIN_SCRIPT,
+        raw_script=RAW_SCRIPT,
         hosts=hosts,
         launcher=args.launcher,
         skip=frozenset(args.skip),
@@ -148,6 +170,8 @@ def parse(argv: list[str]) -> BenchConfig:
         train_args=tuple(train_args),
         on_gpu=on_gpu,
         peak_tflops=args.peak_tflops,
+        precision=precision,
+        preset=args.preset,
     )
 
 
@@ -175,6 +199,12 @@ def checked_configs(text: str, ranks: int) -> list[str]:
         if split == "pp" and stage != 1:
             raise UserError(f"--configs {entry}: pipeline stages train with ZeRO-1: give zero1+pp{size}")
     return names
+
+
+def accumulation(train_args: tuple[str, ...]) -> int:
+    """--gradient_accumulation_steps N among the TrainingArguments flags (1 when not given)."""
+    flag = "--gradient_accumulation_steps"
+    return int(train_args[train_args.index(flag) + 1]) if flag in train_args[:-1] else 1
 
 
 def plain_inputs(cfg: BenchConfig) -> PlainInputs | None:
@@ -241,6 +271,13 @@ def main(argv: list[str]) -> int:
     cfg = parse(argv)
     outputs.hold_lock(cfg.output, "bench")  # one bench per folder: a second fails at once, naming this one
     record = outputs.begin(cfg.output, "bench", replace=True)  # an earlier report goes, other files stay
+    if cfg.preset:
+        from zerokit.bench.presets import make_inputs
+
+        samples = cfg.steps * cfg.batch_size * max(cfg.ranks) * max(cfg.nodes) * accumulation(cfg.train_args)
+        made = make_inputs(cfg.preset, cfg.output, samples, cfg.block_size or 0)
+        print(f"bench: preset {cfg.preset}: a GPT-2 of {made['parameters']:,} parameters, {made['corpus_tokens']:,} "
+              "tokens of text")  # fmt: skip
     inputs = plain_inputs(cfg)
     data, prepare_seconds = data_inputs(cfg, inputs)
     runs = plan_runs(cfg, inputs, data)

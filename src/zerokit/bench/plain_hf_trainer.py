@@ -4,8 +4,9 @@
         --tokenizer_name TOKENIZER --train_file train.txt --validation_file validation.txt \
         --block_size 64 --deepspeed configs/zero3.json --output_dir out [TrainingArguments flags]
 
-Nothing of zerokit is used except StepClock (`--timings_dir`), the instrument that also times
-zerokit's `train`, so both are measured the same way.
+Without `--deepspeed` it is the Trainer alone (DDP), bench's no-DeepSpeed baseline. Nothing of zerokit
+is used except StepClock (`--timings_dir`), the instrument that also times zerokit's `train`, so both are
+measured the same way. zerokit.bench.raw_deepspeed_loop takes the same flags and data without the Trainer.
 """
 
 from dataclasses import dataclass, field
@@ -36,17 +37,14 @@ class ScriptArguments:
     timings_dir: str | None = None
 
 
-def main() -> None:
-    script, args = HfArgumentParser((ScriptArguments, TrainingArguments)).parse_args_into_dataclasses()
-    # The one line the docs leave out: on CPU, accelerate starts torch.distributed but not
-    # deepspeed.comm, and DeepSpeed then sees one rank ("train_batch_size is not equal to ...").
-    deepspeed.init_distributed()
-    tokenizer = AutoTokenizer.from_pretrained(script.tokenizer_name)
+def load_model(script: ScriptArguments):
     if script.model_name_or_path:
-        model = AutoModelForCausalLM.from_pretrained(script.model_name_or_path)
-    else:
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(script.config_name))
+        return AutoModelForCausalLM.from_pretrained(script.model_name_or_path)
+    return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(script.config_name))
 
+
+def text_blocks(script: ScriptArguments, tokenizer, args: TrainingArguments):
+    """The text files as blocks of block_size tokens (run_clm's group_texts): {"train": ..., "validation": ...}."""
     raw = load_dataset("text", data_files={"train": script.train_file, "validation": script.validation_file})
 
     def tokenize(batch):
@@ -63,7 +61,18 @@ def main() -> None:
 
     with args.main_process_first(desc="tokenize"):
         tokenized = raw.map(tokenize, batched=True, remove_columns=["text"])
-        blocks = tokenized.map(group_texts, batched=True)
+        return tokenized.map(group_texts, batched=True)
+
+
+def main() -> None:
+    script, args = HfArgumentParser((ScriptArguments, TrainingArguments)).parse_args_into_dataclasses()
+    if args.deepspeed:
+        # The one line the docs leave out: on CPU, accelerate starts torch.distributed but not
+        # deepspeed.comm, and DeepSpeed then sees one rank ("train_batch_size is not equal to ...").
+        deepspeed.init_distributed()
+    tokenizer = AutoTokenizer.from_pretrained(script.tokenizer_name)
+    model = load_model(script)
+    blocks = text_blocks(script, tokenizer, args)
 
     callbacks = []
     if script.timings_dir:
@@ -81,7 +90,8 @@ def main() -> None:
     )
     trainer.train()
     trainer.save_model()
-    torch.distributed.destroy_process_group()  # as torch's docs end a distributed script (gloo may abort at exit)
+    if torch.distributed.is_initialized():  # as torch's docs end a distributed script (gloo may abort at exit)
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

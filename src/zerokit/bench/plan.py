@@ -3,8 +3,9 @@
 The groups: `scaling` (zerokit's train over rank and node counts), `configs` (the same job under
 each DeepSpeed config, and none), `startup` (the same job with a DeepSpeed whose ops are not
 prebuilt, and a fresh extensions cache), `data` (time to first step from raw text against
-`prepare tokenize`d blocks, at 1x and 10x the corpus) and `overhead` (zerokit's train, the same
-without the preemption callback, and the plain HF script zerokit.bench.plain_hf_trainer, in turn, several times).
+`prepare tokenize`d blocks, at 1x and 10x the corpus) and `overhead` (in turn, several rounds of: zerokit's train,
+the plain HF script zerokit.bench.plain_hf_trainer with the same DeepSpeed config and without DeepSpeed, the raw
+DeepSpeed loop zerokit.bench.raw_deepspeed_loop, and zerokit's train without the preemption callback).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from zerokit.launch.environment import free_port
 
-SKIPPABLE = ("configs", "startup", "data", "overhead", "preemption")
+SKIPPABLE = ("configs", "startup", "data", "overhead", "preemption", "no-deepspeed", "raw")
 DATA_SCALES = (1, 10)  # corpus sizes of the data group, in copies of the corpus
 DATA_ROUNDS = 2  # of the data group: its figures are medians
 
@@ -44,6 +45,9 @@ class BenchConfig:
     train_args: tuple[str, ...]  # more TrainingArguments flags, for both scripts
     on_gpu: bool
     peak_tflops: float | None = None  # per device, for MFU; None: from bench.flops' table (GPU) or not reported
+    precision: str = "fp32"  # of the matmuls (bench.flops.precision_of the train args): which peak MFU uses
+    raw_script: Path | None = None  # the raw DeepSpeed loop (zerokit.bench.raw_deepspeed_loop)
+    preset: str | None = None  # bench --preset: its model and corpus are made in output
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ def common_training_flags(cfg: BenchConfig) -> list[str]:
         "--logging_steps", str(cfg.eval_steps),
         "--save_strategy", "no",
         "--report_to", "none",
+        # Every script counts the tokens of each step's batches (StepClock): a short last batch is not a full one.
+        "--include_num_input_tokens_seen", "true",
         *cfg.train_args,
     ]  # fmt: skip
 
@@ -156,22 +162,32 @@ def data_run(cfg: BenchConfig, kind: str, scale: int, ranks: int, inputs: DataIn
     return Run(run.name, run.group, run.variant, 1, ranks, (*run.argv, *steps), run.folder, run.env)
 
 
-def plain_run(cfg: BenchConfig, name: str, ranks: int, inputs: PlainInputs) -> Run:
+# The overhead group's baselines: variant -> (script, with --config's DeepSpeed config).
+BASELINES = {
+    "plain": ("plain_script", True),
+    "plain-no-deepspeed": ("plain_script", False),
+    "raw": ("raw_script", True),
+}
+
+
+def plain_run(cfg: BenchConfig, name: str, ranks: int, inputs: PlainInputs, variant: str = "plain") -> Run:
+    """A baseline of the overhead group (BASELINES): the plain HF script, with or without DeepSpeed, or the raw loop."""
+    script, with_deepspeed = BASELINES[variant]
     folder = cfg.output / "runs" / name
     argv = [
         # The docs' `torchrun --nproc-per-node N`, on a free port (--standalone resolves the
         # hostname, which an offline container cannot).
         cfg.python, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
         "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-        str(cfg.plain_script), *inputs.model_flags,
+        str(getattr(cfg, script)), *inputs.model_flags,
         "--train_file", inputs.train_file, "--validation_file", inputs.validation_file,
-        "--block_size", str(inputs.block_size), "--deepspeed", str(cfg.config),
+        "--block_size", str(inputs.block_size), *(("--deepspeed", str(cfg.config)) if with_deepspeed else ()),
         "--output_dir", str(folder / "output"), "--timings_dir", str(folder / "timings"), *inputs.job_flags,
     ]  # fmt: skip
     if not cfg.on_gpu:
         argv.append("--use_cpu")
     env = {} if cfg.on_gpu else {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // ranks))}  # as train does
-    return Run(name, "overhead", "plain", 1, ranks, (*argv, *common_training_flags(cfg)), folder, env)
+    return Run(name, "overhead", variant, 1, ranks, (*argv, *common_training_flags(cfg)), folder, env)
 
 
 # A configs-group entry's suffix: the model split over N ranks (+tpN: train --tp-size N, +ppN: --pp-size N).
@@ -220,9 +236,13 @@ def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: D
         from zerokit.runs.preemption import BENCH_WITHOUT_VARIABLE  # imports transformers: not for bench's --help
 
         without = {BENCH_WITHOUT_VARIABLE: "1"}
-        for repeat in range(1, cfg.repeats + 1):  # one round: zerokit, plain, zerokit without the callback
+        baselines = ["plain"]
+        baselines += [] if "no-deepspeed" in cfg.skip else ["plain-no-deepspeed"]
+        baselines += [] if "raw" in cfg.skip or cfg.raw_script is None else ["raw"]
+        for repeat in range(1, cfg.repeats + 1):  # one round: zerokit, the baselines, zerokit without the callback
             runs.append(zerokit_run(cfg, f"overhead-zerokit-{repeat}", "overhead", 1, compare_ranks))
-            runs.append(plain_run(cfg, f"overhead-plain-{repeat}", compare_ranks, plain_inputs))
+            for variant in baselines:
+                runs.append(plain_run(cfg, f"overhead-{variant}-{repeat}", compare_ranks, plain_inputs, variant))
             if "preemption" not in cfg.skip:
                 name = f"overhead-no-preemption-{repeat}"
                 runs.append(

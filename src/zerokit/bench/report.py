@@ -10,11 +10,18 @@ import statistics
 import time
 from pathlib import Path
 
-from zerokit.bench.flops import mfu, peak_tflops
+from zerokit.bench.flops import flops_per_token, mfu, peak_tflops
 from zerokit.bench.plan import BenchConfig, config_label
 from zerokit.bench.runner import RunResult
 
 MIB = 1024 * 1024
+
+
+def run_mfu(r: RunResult, tokens_per_second: float, peak: float | None) -> float | None:
+    """MFU of a run at tokens_per_second (6N + attention, bench.flops); None without a peak or the model's shape."""
+    if not (peak and r.parameters and r.layers and r.hidden and r.sequence):
+        return None
+    return mfu(tokens_per_second, flops_per_token(r.parameters, r.layers, r.hidden, r.sequence), r.world_size, peak)
 
 
 def scaling_rows(results: list[RunResult]) -> list[dict]:
@@ -91,13 +98,17 @@ def median_phases(runs: list[RunResult]) -> list[tuple[str, float]]:
     ]
 
 
-def overhead_summary(results: list[RunResult], peak: float | None = None) -> dict | None:
-    """Medians of zerokit's train and the plain script, run in turn; ratios zerokit / plain with their spread.
+OVERHEAD_VARIANTS = ("zerokit", "plain", "plain-no-deepspeed", "raw", "zerokit-no-preemption")
 
-    With the `zerokit-no-preemption` runs, also the preemption callback's cost: with / without.
-    peak: TFLOPS per device, for the model FLOPs utilisation of both (None: not reported).
+
+def overhead_summary(results: list[RunResult], peak: float | None = None) -> dict | None:
+    """Medians of zerokit's train and the baselines, run in turn; ratios zerokit / plain with their spread.
+
+    With the raw DeepSpeed loop's runs, zerokit / raw too; with the `zerokit-no-preemption` runs, the
+    preemption callback's cost: with / without. peak: TFLOPS per device, for each side's model FLOPs
+    utilisation (None: not reported).
     """
-    variants = ("zerokit", "plain", "zerokit-no-preemption")
+    variants = OVERHEAD_VARIANTS
     sides = {v: [r for r in results if r.group == "overhead" and r.variant == v] for v in variants}
     if not sides["zerokit"] or not sides["plain"]:
         return None
@@ -112,6 +123,14 @@ def overhead_summary(results: list[RunResult], peak: float | None = None) -> dic
     summary["startup_ratio"], summary["startup_spread"] = startup["ratio"], startup
     plain_spread = max(r.samples_per_second for r in p) / min(r.samples_per_second for r in p)
     summary["plain_throughput_max_over_min"] = plain_spread  # the noise between runs of the same script
+    if sides["raw"]:
+        raw = sides["raw"]
+        summary["raw_ratio"] = ratio_spread([r.tokens_per_second for r in z], [r.tokens_per_second for r in raw])
+    if sides["plain-no-deepspeed"]:
+        summary["no_deepspeed_ratio"] = ratio_spread(
+            [r.tokens_per_second for r in z], [r.tokens_per_second for r in sides["plain-no-deepspeed"]]
+        )
+    summary["tokens_counted"] = all(r.tokens_counted for runs in sides.values() for r in runs)
     if sides["zerokit-no-preemption"]:
         off = sides["zerokit-no-preemption"]
         summary["preemption_cost"] = ratio_spread(
@@ -120,12 +139,9 @@ def overhead_summary(results: list[RunResult], peak: float | None = None) -> dic
     first = next((dict(r.startup_phases) for r in results if r.startup_phases and r.variant != "jit"), {})
     if "launch preflight" in first:
         summary["first_preflight_s"] = first["launch preflight"]
-    if peak and z[0].parameters:
-        for variant in ("zerokit", "plain"):
-            runs = sides[variant]
-            summary[variant]["mfu"] = mfu(
-                summary[variant]["median_tokens_per_s"], z[0].parameters, runs[0].world_size, peak
-            )
+    for variant in variants:
+        if sides[variant]:
+            summary[variant]["mfu"] = run_mfu(sides[variant][0], summary[variant]["median_tokens_per_s"], peak)
     return summary
 
 
@@ -149,7 +165,7 @@ def config_rows(results: list[RunResult], main_config: str, peak: float | None =
                 "memory_kind": r.memory_kind,
                 "time_to_first_step_s": r.time_to_first_step,
                 "eval_loss": r.evals,
-                "mfu": mfu(r.tokens_per_second, r.parameters, r.world_size, peak) if peak and r.parameters else None,
+                "mfu": run_mfu(r, r.tokens_per_second, peak),
             }
         )
     return rows
@@ -211,10 +227,11 @@ def machine() -> dict:
 
 
 def device_peak(cfg: BenchConfig, gpus: list[str]) -> float | None:
-    """Peak TFLOPS per device for MFU: --peak-tflops, else the table's for the GPU; None on CPU."""
+    """Peak TFLOPS per device at the run's precision for MFU: --peak-tflops, else the table's for the GPU (bench's
+    parse refused a GPU the table lacks); None on CPU."""
     if cfg.peak_tflops:
         return cfg.peak_tflops
-    return peak_tflops(gpus[0]) if gpus else None
+    return peak_tflops(gpus[0], cfg.precision) if gpus else None
 
 
 def write_all(cfg: BenchConfig, results: list[RunResult], prepare_seconds: dict[int, float] | None = None) -> None:
@@ -231,6 +248,8 @@ def write_all(cfg: BenchConfig, results: list[RunResult], prepare_seconds: dict[
             "dataset": cfg.dataset or "embedded corpus",
             "train_args": list(cfg.train_args),
             "peak_tflops_per_device": peak,
+            "precision": cfg.precision,
+            "preset": cfg.preset,
         },
         "scaling": scaling_rows(results),
         "configs": config_rows(results, config_label(str(cfg.config)), peak),
@@ -275,6 +294,13 @@ def markdown(figures: dict, cfg: BenchConfig) -> str:
         f"Job: {s['model']} on {s['dataset']}, DeepSpeed config {s['config']}, {s['steps']} steps of "
         f"{s['batch_size_per_rank']} samples per rank; throughput leaves out the first {s['warmup_steps']} steps "
         "after the first, and the evaluations.",
+        f"Precision {s['precision']}"
+        + (
+            f"; MFU = tokens/s x (6N + 12·L·d·S) FLOPs per token / (devices x {s['peak_tflops_per_device']:g} "
+            f"dense {s['precision']} TFLOPS), zerokit.bench.flops."
+            if s["peak_tflops_per_device"]
+            else "; no MFU (no GPU peak: `--peak-tflops`)."
+        ),
         "",
         "## Scaling",
         "",
@@ -340,6 +366,8 @@ def configs_section(rows: list[dict]) -> list[str]:
             f"| {r['config']} | {r['samples_per_s']:.1f} | {r['tokens_per_s']:.0f} | {memory} "
             f"| {r['time_to_first_step_s']:.1f} | {mfu_text} |"
         )
+    if any(r["config"].startswith("zero3") and r["ranks"] == 1 for r in rows):
+        lines += ["", "ZeRO-3 on one rank partitions nothing: its row measures the cost of its hooks only."]
     lines += [
         "",
         "Peak memory: "
@@ -380,30 +408,57 @@ def data_section(data: dict | None) -> list[str]:
     return lines
 
 
+OVERHEAD_LABELS = {
+    "zerokit": "zerokit train",
+    "plain": "plain HF Trainer + DeepSpeed",
+    "plain-no-deepspeed": "plain HF Trainer, no DeepSpeed",
+    "raw": "raw DeepSpeed loop",
+    "zerokit-no-preemption": "zerokit train, no preemption callback",
+}
+
+
 def overhead_section(overhead: dict | None) -> list[str]:
-    lines = ["", "## Overhead: zerokit `train` vs a plain HF Trainer script", ""]
+    lines = ["", "## Overhead: zerokit `train` vs a plain HF Trainer script and a raw DeepSpeed loop", ""]
     if not overhead:
         return [*lines, "Not run (`--skip overhead`, or no plain script for this job)."]
-    z, p = overhead["zerokit"], overhead["plain"]
     t, s = overhead["throughput_spread"], overhead["startup_spread"]
-    gpu = "mfu" in z
+    sides = [v for v in OVERHEAD_VARIANTS if v in overhead]
+    gpu = any(overhead[v].get("mfu") is not None for v in sides)
     lines += [
-        f"{overhead['ranks']} ranks, {overhead['repeats']} rounds (zerokit, plain"
-        + (", zerokit without the preemption callback" if "zerokit-no-preemption" in overhead else "")
-        + ", in turn); medians, and in brackets the spread: the lowest and highest ratio of a round's pair.",
+        f"{overhead['ranks']} ranks, {overhead['repeats']} rounds ({', '.join(OVERHEAD_LABELS[v] for v in sides)}, "
+        "in turn); medians, and in brackets the spread: the lowest and highest ratio of a round's pair. "
+        + (
+            "Tokens are those each step trained on, as counted in its batches."
+            if overhead.get("tokens_counted")
+            else "Tokens: full batches assumed (some script did not count them)."
+        ),
         "",
         "| | samples/s | tokens/s | time to first step (s) |" + (" MFU |" if gpu else ""),
         "|---|---:|---:|---:|" + ("---:|" if gpu else ""),
-        f"| zerokit train | {z['median_samples_per_s']:.1f} | {z['median_tokens_per_s']:.0f} "
-        f"| {z['median_time_to_first_step_s']:.2f} |" + (f" {percent(z['mfu'])} |" if gpu else ""),
-        f"| plain HF script | {p['median_samples_per_s']:.1f} | {p['median_tokens_per_s']:.0f} "
-        f"| {p['median_time_to_first_step_s']:.2f} |" + (f" {percent(p['mfu'])} |" if gpu else ""),
+    ]
+    for variant in sides:
+        side_ = overhead[variant]
+        mfu_text = f" {percent(side_['mfu'])} |" if gpu and side_.get("mfu") is not None else (" - |" if gpu else "")
+        lines.append(
+            f"| {OVERHEAD_LABELS[variant]} | {side_['median_samples_per_s']:.1f} | {side_['median_tokens_per_s']:.0f} "
+            f"| {side_['median_time_to_first_step_s']:.2f} |" + mfu_text
+        )
+    lines.append(
         f"| **ratio zerokit / plain** | **{t['ratio']:.3f}** ({spread(t)}) | | **{s['ratio']:.3f}** ({spread(s)}) |"
-        + (" |" if gpu else ""),
+        + (" |" if gpu else "")
+    )
+    for key, label in (("raw_ratio", "raw DeepSpeed loop"), ("no_deepspeed_ratio", "plain HF, no DeepSpeed")):
+        if key in overhead:
+            r = overhead[key]
+            row = f"| **ratio zerokit / {label}** | | **{r['ratio']:.3f}** ({spread(r)}) | |"
+            lines.append(row + (" |" if gpu else ""))
+    lines += [
         "",
         f"Run-to-run noise: the plain script's own fastest/slowest samples/s is "
         f"{overhead['plain_throughput_max_over_min']:.3f}.",
     ]
+    if overhead["repeats"] < 3:
+        lines.append(f"Only {overhead['repeats']} round(s): too few for a spread that means anything (`--repeats 3`).")
     cost = overhead.get("preemption_cost")
     if cost:
         off = overhead["zerokit-no-preemption"]

@@ -32,6 +32,10 @@ class RunResult:
     compiled_ops: list[str]  # ops JIT-compiled into the run's own extensions folder (the JIT run's)
     startup_phases: list[tuple[str, float]] = field(default_factory=list)  # (phase ended by, seconds), rank 0
     parameters: int | None = None  # the model's, whole (ZeRO-3's partitions counted once)
+    layers: int | None = None  # the model's shape, for attention's FLOPs (bench.flops)
+    hidden: int | None = None
+    sequence: int | None = None  # tokens per sample
+    tokens_counted: bool = False  # tokens/s from the tokens each step trained on, not full batches assumed
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -75,6 +79,9 @@ def summarize(run: Run, records: list[dict], started: float, wall: float, warmup
     if not measured:
         raise UserError(f"bench run {run.name}: no step left after {warmup_steps} warm-up steps: raise --steps")
     steps_per_second = len(measured) / sum(measured)
+    counted = main.get("step_tokens", [])[warmup_steps:]
+    tokens_per_second = sum(counted) / sum(measured) if counted else steps_per_second * main["tokens_per_step"]
+    per_sample = main.get("tokens_per_sample") or main["tokens_per_step"] / main["samples_per_step"]
     evals = sorted({int(step): loss for step, loss in main["evals"]}.items())
     return RunResult(
         name=run.name,
@@ -84,8 +91,8 @@ def summarize(run: Run, records: list[dict], started: float, wall: float, warmup
         world_size=run.world_size,
         time_to_first_step=main["first_step_end"] - started,
         steps_per_second=steps_per_second,
-        samples_per_second=steps_per_second * main["samples_per_step"],
-        tokens_per_second=steps_per_second * main["tokens_per_step"],
+        samples_per_second=tokens_per_second / per_sample,
+        tokens_per_second=tokens_per_second,
         peak_memory_bytes=[r["peak_memory_bytes"] for r in records],
         hosts=[r["host"] for r in records],
         memory_kind=main["memory_kind"],
@@ -94,6 +101,10 @@ def summarize(run: Run, records: list[dict], started: float, wall: float, warmup
         compiled_ops=compiled_ops(run),
         startup_phases=phases(main.get("startup", []), started, main["first_step_end"]),
         parameters=main.get("parameters"),
+        layers=main.get("layers"),
+        hidden=main.get("hidden"),
+        sequence=int(per_sample),
+        tokens_counted=bool(counted),
     )
 
 

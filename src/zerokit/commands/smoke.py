@@ -26,9 +26,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zerokit.foundations.flags import command_parser, flag, from_namespace
-from zerokit.image.stack import DEFAULT_STACK, environment_stack, load_stack
+from zerokit.image import built_ops
+from zerokit.image.stack import DEFAULT_STACK, Stack, environment_stack, load_stack
+
+if TYPE_CHECKING:
+    from zerokit.doctor.gpu import GpuInfo
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,8 @@ def generate_assertion(generated: Mapping) -> Assertion:
 
 
 def arch_assertion(gpu: Mapping) -> Assertion:
-    """Every visible GPU has native code in torch's arch list and in the stack's (the prebuilt ops')."""
+    """Every visible GPU has native code in torch's arch list and in the prebuilt ops' (`stack_arch_list`: as
+    recorded at build where the environment has the record, else the stack's)."""
     from zerokit.doctor.gpu import cc_text, covers, parse_arch_list, torch_arch
 
     name = "GPU in the arch lists"
@@ -143,11 +149,12 @@ def arch_assertion(gpu: Mapping) -> Assertion:
     missing = [cc_text(c) for c in capabilities if not any(covers(built, c) for built in native)]
     ok = torch_verdict.status == "ok" and not missing
     detail = f"{', '.join(map(cc_text, capabilities))} in torch {' '.join(gpu['torch_arch_list'])}"
-    detail += f" and stack {gpu['stack_arch_list']!r}"
+    ops = "ops recorded at build" if gpu.get("ops_arch_recorded") else "stack"
+    detail += f" and {ops} {gpu['stack_arch_list']!r}"
     if torch_verdict.status != "ok":
         detail += f"; torch: {torch_verdict.detail}"
     if missing:
-        detail += f"; the stack's ops have no code for {', '.join(missing)}"
+        detail += f"; the prebuilt ops have no code for {', '.join(missing)}"
     return check(name, ok, detail)
 
 
@@ -188,7 +195,7 @@ def gather(device: str, stack_name: str, output: Path, environ: Mapping[str, str
         "steps": STEPS,
         "doctor": [r.as_dict() for r in rows],
         "health_check": checked,
-        "gpu": gpu_facts(stack.torch_cuda_arch_list),
+        "gpu": gpu_facts(stack),
         "runs": runs,
         "generate": generated,
         "torch_extensions_dir": str(extensions),
@@ -242,10 +249,12 @@ def generate(model: Path, output: Path, env: Mapping[str, str]) -> dict:
     return {"prompt": PROMPT, "text": text}
 
 
-def gpu_facts(stack_arch_list: str) -> dict:
+def gpu_facts(stack: Stack, info: GpuInfo | None = None) -> dict:
+    """The GPUs torch sees (info: probe_gpu's, gathered here unless given) and the archs torch and the ops have
+    code for."""
     from zerokit.doctor.gpu import probe_gpu
 
-    info = probe_gpu()
+    info = info or probe_gpu()
     bf16 = False
     if info.devices:
         import torch
@@ -255,7 +264,8 @@ def gpu_facts(stack_arch_list: str) -> dict:
         "devices": [[name, list(capability)] for name, capability in info.devices],
         "torch_cuda": info.torch_cuda,
         "torch_arch_list": list(info.arch_list),
-        "stack_arch_list": stack_arch_list,
+        "stack_arch_list": built_ops.arch_list(stack, info.built),
+        "ops_arch_recorded": info.built is not None,
         "bf16": bf16,
     }
 

@@ -1,7 +1,7 @@
 """GPU: visible, of a compute capability torch and the prebuilt ops have code for, with a driver new enough.
 
-What torch sees is gathered by one probe function; the verdicts are pure functions of its GpuInfo,
-so they are tested with a made-up GpuInfo on machines without a GPU.
+What torch sees, and what the ops were recorded as built for, is gathered by one probe function; the verdicts
+are pure functions of its GpuInfo, so they are tested with a made-up GpuInfo on machines without a GPU.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
-from zerokit.image.stack import Stack
+from zerokit.image import built_ops
+from zerokit.image.built_ops import BuiltOps
+from zerokit.image.stack import SITE, Stack
 
 Capability = tuple[int, int]
 
@@ -29,6 +31,7 @@ class GpuInfo:
     devices: tuple[tuple[str, Capability], ...]  # (name, compute capability) of each visible GPU
     arch_list: tuple[str, ...]  # torch.cuda.get_arch_list(): "sm_80", "sm_90", "compute_90", ...
     driver: Capability | None  # newest CUDA the driver supports; None without libcuda
+    built: BuiltOps | None = None  # what the installed DeepSpeed's ops were built for; None: not recorded
 
 
 def driver_cuda_version() -> Capability | None:
@@ -51,13 +54,14 @@ def probe_gpu() -> GpuInfo:
         return GpuInfo(None, (), (), None)
     driver = driver_cuda_version()
     arch_list = tuple(torch.cuda.get_arch_list())
+    built = built_ops.installed()
     if not torch.cuda.is_available():
-        return GpuInfo(cuda, (), arch_list, driver)
+        return GpuInfo(cuda, (), arch_list, driver, built)
     devices = tuple(
         (torch.cuda.get_device_name(i), tuple(torch.cuda.get_device_capability(i)))
         for i in range(torch.cuda.device_count())
     )
-    return GpuInfo(cuda, devices, arch_list, driver)
+    return GpuInfo(cuda, devices, arch_list, driver, built)
 
 
 def check_gpu(ctx: Context, *, probe: Callable[[], GpuInfo] = probe_gpu) -> list[CheckResult]:
@@ -68,7 +72,7 @@ def check_gpu(ctx: Context, *, probe: Callable[[], GpuInfo] = probe_gpu) -> list
     results = [visibility(info, ctx)]
     if info.devices:
         capabilities = sorted({capability for _, capability in info.devices})
-        results += [torch_arch(info.arch_list, capabilities), ops_arch(ctx.stack, capabilities)]
+        results += [torch_arch(info.arch_list, capabilities), ops_arch(ctx.stack, capabilities, info.built)]
     if info.torch_cuda and (info.devices or ctx.require_gpu or ctx.stack.accelerator == "cuda"):
         results.append(driver(info.driver, info.torch_cuda, severity=results[0].status))
     return results
@@ -145,17 +149,16 @@ def parse_arch_list(text: str) -> tuple[set[Capability], set[Capability]]:
     return native, ptx
 
 
-def ops_arch(stack: Stack, capabilities: list[Capability]) -> CheckResult:
-    """DeepSpeed's prebuilt CUDA ops are built for the stack's torch_cuda_arch_list, not for torch's list."""
+def ops_arch(stack: Stack, capabilities: list[Capability], built: BuiltOps | None = None) -> CheckResult:
+    """DeepSpeed's prebuilt CUDA ops have code for the archs they were built with, not for torch's list: as
+    recorded at build where the environment has the record, else the stack's torch_cuda_arch_list."""
     name = "gpu: ops arch"
-    native, ptx = parse_arch_list(stack.torch_cuda_arch_list)
-    fix = (
-        f"add the GPU's capability to torch_cuda_arch_list in containers/stacks/{stack.name}.toml and rebuild the image"
-    )
+    arch_list = built_ops.arch_list(stack, built)
+    native, ptx = parse_arch_list(arch_list)
+    missing = [c for c in capabilities if not any(covers(built_for, c) for built_for in native)]
+    fix = rebuild_fix(built.stack if built else stack.name, arch_list, missing)
     verdicts = []
-    for capability in capabilities:
-        if any(covers(built, capability) for built in native):
-            continue
+    for capability in missing:
         below = [p for p in ptx if p <= capability]
         if below:
             verdicts.append(
@@ -167,15 +170,25 @@ def ops_arch(stack: Stack, capabilities: list[Capability]) -> CheckResult:
                 )
             )
         else:
+            why = " (recorded at build)" if built else ""
             verdicts.append(
-                fail(
-                    name,
-                    f"DeepSpeed's ops are built for {stack.torch_cuda_arch_list!r}; this GPU is {cc_text(capability)}",
-                    fix,
-                )
+                fail(name, f"DeepSpeed's ops are built for {arch_list!r}{why}; this GPU is {cc_text(capability)}", fix)
             )
-    shown = stack.torch_cuda_arch_list or "none"
-    return worst(verdicts) or ok(name, f"stack arch list {shown} covers {', '.join(map(cc_text, capabilities))}")
+    source = "arch list recorded at build" if built else "stack arch list"
+    return worst(verdicts) or ok(name, f"{source} {arch_list or 'none'} covers {', '.join(map(cc_text, capabilities))}")
+
+
+def rebuild_fix(stack_name: str, arch_list: str, missing: list[Capability]) -> str:
+    """Rebuild the ops for the GPU: a site stack's from TORCH_CUDA_ARCH_LIST, a pinned one's from its stack file."""
+    entries = [entry for entry in re.split(r"[;\s]+", arch_list.strip()) if entry] + [cc_text(c) for c in missing]
+    wanted = ";".join(sorted(entries, key=lambda entry: tuple(int(n) for n in re.findall(r"\d+", entry)[:2])))
+    if stack_name == SITE:
+        return f'rebuild the ops for this GPU: make venv STACK=site TORCH_CUDA_ARCH_LIST="{wanted}"'
+    return (
+        f"rebuild the ops for this GPU: add {', '.join(map(cc_text, missing))} to torch_cuda_arch_list in "
+        f'containers/stacks/{stack_name}.toml ("{wanted}") and rebuild the image (make image STACK={stack_name}) '
+        f"or the venv (make venv STACK={stack_name})"
+    )
 
 
 def driver(version: Capability | None, runtime: str, severity: str) -> CheckResult:

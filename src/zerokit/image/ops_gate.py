@@ -3,7 +3,8 @@
 `ds_report` always exits 0, and a DeepSpeed build skips an op it finds incompatible without
 failing. This gate fails, naming the op and why, unless every op the stack requests is in
 `deepspeed.git_version_info.installed_ops` and loads. It never triggers a JIT compile: an op
-that is not installed is reported, not built.
+that is not installed is reported, not built. A gate that passes records what the ops were built for in
+the environment's prefix (zerokit.image.built_ops).
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+
+from zerokit.image import built_ops
+from zerokit.image.stack import Stack, load_stack
 
 
 @dataclass(frozen=True)
@@ -61,10 +66,22 @@ def check_ops(names: list[str] | tuple[str, ...]) -> list[OpStatus]:
     return [check_op(name) for name in names]
 
 
-def main(argv: list[str]) -> int:
-    """`zerokit ops-gate STACK`: exit 1 unless every op of the stack is prebuilt and loads."""
-    from zerokit.image.stack import load_stack
+def record_build(stack: Stack, prefix: Path) -> str:
+    """Record what the ops just gated were built for in prefix, and say so in a line. A record of this very
+    install is kept: a gate run again later (a site stack's without the build's TORCH_CUDA_ARCH_LIST) must not
+    rewrite it; a prefix that cannot be written (an image's venv gated again by its user) is left alone."""
+    built = built_ops.of_stack(stack)
+    before = built_ops.recorded(prefix)
+    if before is not None and before.digest == built.digest:
+        return f"this DeepSpeed's build is recorded in {prefix / built_ops.FACTS_NAME}: kept"
+    if not os.access(prefix, os.W_OK):
+        return f"not recorded: {prefix} cannot be written here"
+    path = built_ops.record(built, prefix)
+    return f"recorded in {path}: ops built for {built.torch_cuda_arch_list or built.accelerator}"
 
+
+def main(argv: list[str]) -> int:
+    """`zerokit ops-gate STACK`: exit 1 unless every op of the stack is prebuilt and loads; record the build."""
     if len(argv) != 1:
         print("usage: zerokit ops-gate STACK", file=sys.stderr)
         return 2
@@ -79,6 +96,7 @@ def main(argv: list[str]) -> int:
     if failed:
         print(f"error: DeepSpeed ops not usable: {', '.join(failed)} (see above)", file=sys.stderr)
         return 1
+    print(f"ops-gate: {record_build(stack, Path(sys.prefix))}")
     return 0
 
 

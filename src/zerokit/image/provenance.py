@@ -25,7 +25,7 @@ from zerokit.foundations.errors import UserError
 from zerokit.foundations.files import sha256_file
 from zerokit.foundations.packages import installed_version
 from zerokit.foundations.paths import HOME
-from zerokit.image import site_torch
+from zerokit.image import built_ops, site_torch
 from zerokit.image.image_info import read_image_info
 from zerokit.image.runtimes import inside
 from zerokit.image.stack import environment_stack, load_stack
@@ -236,6 +236,7 @@ def environment_facts(environ: Mapping[str, str]) -> dict:
     """Everything `doctor --against` compares, gathered now."""
     stack = stack_name(environ)
     site = site_torch.recorded()  # a site stack: the torch, CUDA, cuDNN and NCCL the environment was built on
+    built = built_ops.installed()  # what the prebuilt ops were built for (the archs), as the ops gate recorded it
     return {
         "image": image_facts(environ),
         "stack": stack,
@@ -243,6 +244,7 @@ def environment_facts(environ: Mapping[str, str]) -> dict:
         "zerokit": zerokit_facts(),
         **version_facts(),
         **({"site_torch": asdict(site)} if site else {}),
+        **({"built_ops": asdict(built)} if built else {}),
         "environment": recorded_environment(environ),
     }
 

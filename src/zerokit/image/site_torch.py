@@ -104,13 +104,19 @@ def torch_digest(dist: metadata.Distribution) -> str:
     sizes of its shared libraries (a library copied over another changes size). Left out: what holds the
     folder it was installed in (.pyc files, the console scripts' #! line), so one torch has one digest
     wherever it is installed."""
-    record = (dist.read_text("RECORD") or "").splitlines()
-    kept = [line for line in record if "__pycache__/" not in line and not line.startswith("../")]
-    digest = hashlib.sha256("\n".join(kept).encode())
+    digest = record_digest(dist)
     lib = Path(str(dist.locate_file("torch/lib")))
     for path in sorted(lib.glob("*.so*")) if lib.is_dir() else []:
         digest.update(f"{path.name} {path.stat().st_size}\n".encode())
     return digest.hexdigest()[:16]
+
+
+def record_digest(dist: metadata.Distribution) -> hashlib._Hash:
+    """sha256 of a distribution's RECORD (every file's hash as installed), less what holds the folder it was
+    installed in (.pyc files, the console scripts' #! line)."""
+    record = (dist.read_text("RECORD") or "").splitlines()
+    kept = [line for line in record if "__pycache__/" not in line and not line.startswith("../")]
+    return hashlib.sha256("\n".join(kept).encode())
 
 
 def recorded(prefix: str | os.PathLike[str] | None = None) -> SiteTorch | None:

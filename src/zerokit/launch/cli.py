@@ -14,9 +14,11 @@ from pathlib import Path
 
 from zerokit.cluster.nic import interface_to
 from zerokit.foundations import startup_marks
+from zerokit.image.ds_install import read_prebuilt
 from zerokit.launch.config import LaunchConfig, parse
 from zerokit.launch.environment import check_port_free, free_port, launch_environment, refuse_hidden_job
 from zerokit.launch.execute import execute
+from zerokit.launch.job_ops import check_job_ops
 from zerokit.launch.plan import Plan, plan
 from zerokit.launch.preflight import preflight_failures, report, runs_preflight
 from zerokit.launch.program import check_commands
@@ -56,6 +58,8 @@ def run(config: LaunchConfig) -> int:
     if cluster is None:
         refuse_hidden_job(os.environ)
     the_plan = plan(config, cluster, os.environ, os.cpu_count() or 1, interface_to, free_port)
+    for note in the_plan.notes:
+        print(f"launch: {note}", file=sys.stderr)
     if config.print_command:
         print(shlex.join(the_plan.commands[0].argv))
         return 0
@@ -66,6 +70,7 @@ def run(config: LaunchConfig) -> int:
     if the_plan.environment == "local":  # rank 0's rendezvous store listens here
         check_port_free(the_plan.main_port, PORT_FIX)
     if config.preflight and runs_preflight(the_plan):
+        check_job_ops(config.target, os.environ, read_prebuilt(), config.strict_ops)
         failures = preflight_failures(the_plan, os.environ)
         if failures:
             report(failures)

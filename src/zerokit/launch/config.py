@@ -149,6 +149,14 @@ class LaunchFlags:
         action="store_true",
         help="start without doctor's checks of this node (ops, /dev/shm, interface, caches)",
     )
+    strict_ops: bool = flag(
+        "--strict-ops",
+        default=False,
+        action="store_true",
+        help="refuse to start when the job's DeepSpeed config needs an op this install has not prebuilt, which "
+        "DeepSpeed would JIT-compile on every node at start (default: a warning; with the node checks, not "
+        "with --no-preflight)",
+    )
     command: list[str] = flag("command", nargs=argparse.REMAINDER, help="train [flags] | -- any command")
 
 
@@ -174,6 +182,7 @@ class LaunchConfig:
     stop_grace: float  # seconds between passing a stop signal on to the ranks and killing them
     stall_timeout: float = DEFAULT_STALL_TIMEOUT  # seconds without progress on any rank that end the job; 0: off
     check: CheckOptions | None = None  # --check/--check-only: every rank runs the health check first
+    strict_ops: bool = False  # refuse, not warn, when the job needs a DeepSpeed op that is not prebuilt
 
     @property
     def check_only(self) -> bool:
@@ -267,4 +276,5 @@ def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
         stop_grace=flags.stop_grace,
         stall_timeout=flags.stall_timeout,
         check=options if flags.check or flags.check_only else None,
+        strict_ops=flags.strict_ops,
     )

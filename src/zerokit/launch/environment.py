@@ -1,4 +1,4 @@
-"""The torch.distributed variables of this process: from its scheduler, or a 1-rank world."""
+"""The torch.distributed variables of this process: from its scheduler, or a 1-rank world; and the ranks' arch list."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from zerokit.cluster.base import RankEnv
 from zerokit.cluster.detect import rank_environment
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.values import tcp_port
+from zerokit.image.site_torch import SiteTorchError, deepspeed_arch_list
+
+ARCH_LIST = "TORCH_CUDA_ARCH_LIST"
 
 
 def free_port() -> int:
@@ -31,6 +34,28 @@ def check_port_free(port: int, fix: str) -> None:
             sock.bind(("0.0.0.0", port))
         except OSError as err:
             raise UserError(f"port {port} cannot be used for the ranks' rendezvous ({err.strerror}): {fix}") from err
+
+
+def deepspeed_arch_env(environ: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+    """TORCH_CUDA_ARCH_LIST for the ranks in a form DeepSpeed 0.19.8 can JIT-compile an op with, and a note when
+    that changed it. Machines that preset an arch-specific entry (H100 nodes: "9.0a"; "10.0f", "sm_90a") break
+    any later JIT, which parses MAJOR.MINOR[+PTX]; the plain arch builds the same kernels. A list that is already
+    such, or that cannot be read at all, is left as it is."""
+    given = environ.get(ARCH_LIST, "")
+    entries = [entry for entry in given.replace(" ", ";").split(";") if entry]
+    if not entries:
+        return {}, None
+    try:
+        arch_list, _ = deepspeed_arch_list(entries)
+    except SiteTorchError:
+        return {}, None
+    if set(arch_list.split(";")) == set(entries):
+        return {}, None
+    note = (
+        f"{ARCH_LIST}={given} is {arch_list} for the ranks: DeepSpeed 0.19.8 reads only MAJOR.MINOR[+PTX] "
+        "and would fail to JIT-compile an op; arch-specific variants (9.0a) are built as the plain arch"
+    )
+    return {ARCH_LIST: arch_list}, note
 
 
 def launch_environment(environ: Mapping[str, str], scheduler: str | None) -> ClusterEnvironment | None:

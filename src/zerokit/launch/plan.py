@@ -26,6 +26,7 @@ from zerokit.foundations.errors import UserError
 from zerokit.healthcheck.command import rank_argv
 from zerokit.image.runtimes import inside
 from zerokit.launch.config import LaunchConfig
+from zerokit.launch.environment import deepspeed_arch_env
 from zerokit.launch.head import HEAD_LAUNCHERS, HeadJob
 from zerokit.launch.local import Command
 from zerokit.launch.progress import TIMEOUT_VARIABLE
@@ -36,6 +37,8 @@ from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
 FORWARDED_PREFIXES = ("ZEROKIT_", "HF_", "NCCL_", "GLOO_", "TORCH_", "TRANSFORMERS_", "DS_", "CUDA_", "OMP_")
 FORWARDED_NAMES = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "TRITON_CACHE_DIR")
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
+# launch's --strict-ops, as the nodes' launches read it.
+STRICT_OPS_VARIABLE = "ZEROKIT_STRICT_OPS"
 # Not forwarded: the head node's launch wraps the target in the check once; the nodes must not again.
 HEAD_ONLY_PREFIXES = ("ZEROKIT_CHECK",)
 
@@ -54,6 +57,7 @@ class Plan:
     ifname: str | None
     env: dict[str, str]  # set for every command, on top of the per-rank variables
     commands: tuple[Command, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = ()  # what launch changed in the ranks' environment, said once (by rank 0's launch)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -146,7 +150,9 @@ def _rank_plan(config, cluster, environ, cpu_count, interface_to) -> Plan:
     main_address = config.master_addr or cluster.main_address
     port = config.master_port or cluster.main_port
     ifname = _ifname(config, main_address, interface_to)
-    env = {**nic_env(ifname), "OMP_NUM_THREADS": threads_per_rank(environ, cpu_count, cluster.local_world_size)}
+    arch_env, note = deepspeed_arch_env(environ)
+    threads = threads_per_rank(environ, cpu_count, cluster.local_world_size)
+    env = {**nic_env(ifname), "OMP_NUM_THREADS": threads, **arch_env}
     rank_env = replace(cluster.rank_env(), main_address=main_address, main_port=port).variables()
     nnodes = max(1, cluster.world_size // cluster.local_world_size)
     return Plan(
@@ -162,6 +168,7 @@ def _rank_plan(config, cluster, environ, cpu_count, interface_to) -> Plan:
         ifname=ifname,
         env=env,
         commands=(Command(config.target, {**env, **rank_env}),),
+        notes=(note,) if note and cluster.rank == 0 else (),
     )
 
 
@@ -172,7 +179,9 @@ def _node_plan(
     nproc = config.nproc_per_node or 1
     # One node alone talks over loopback; across nodes, over the interface that reaches the main node.
     ifname = config.ifname or (interface_to(main_address) if nnodes > 1 else None)
-    env = {**(nic_env(ifname) if ifname else {}), "OMP_NUM_THREADS": threads_per_rank(environ, cpu_count, nproc)}
+    arch_env, note = deepspeed_arch_env(environ)
+    threads = threads_per_rank(environ, cpu_count, nproc)
+    env = {**(nic_env(ifname) if ifname else {}), "OMP_NUM_THREADS": threads, **arch_env}
     world_size = nnodes * nproc
     ranks = (RankEnv(node_rank * nproc + i, i, world_size, nproc, node_rank, main_address, port) for i in range(nproc))
     commands = tuple(Command(config.target, {**env, **rank.variables()}) for rank in ranks)
@@ -189,6 +198,7 @@ def _node_plan(
         ifname=ifname,
         env=env,
         commands=commands,
+        notes=(note,) if note and node_rank == 0 else (),
     )
 
 
@@ -208,6 +218,8 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
     env = forwarded_env(environ, host_path=not in_image)
     if config.stall_timeout != DEFAULT_STALL_TIMEOUT:  # the nodes' launches (or ranks) watch with the same
         env[TIMEOUT_VARIABLE] = f"{config.stall_timeout:g}"
+    if config.strict_ops:  # the nodes' launches run the preflight, and refuse as this one would
+        env[STRICT_OPS_VARIABLE] = "1"
     job = HeadJob(
         hosts=hosts,
         nproc_per_node=nproc,

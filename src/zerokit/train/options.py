@@ -11,7 +11,7 @@ from pathlib import Path
 
 from zerokit.foundations import values
 from zerokit.foundations.flags import flag
-from zerokit.training.ds_configs import CONFIGS_DIR, resolve_ds_config
+from zerokit.training.ds_configs import CONFIGS_DIR, DEFAULT_CONFIG, resolve_ds_config
 from zerokit.training.lora import LORA_FORMAT
 
 # Where `train`'s TrainingArguments differ from Hugging Face's, and why; every other field keeps HF's
@@ -60,7 +60,7 @@ class TrainOptions:
 
     config: str = flag(
         "--config",
-        default="zero2",
+        default=DEFAULT_CONFIG,
         help="DeepSpeed config: a JSON path or a bundled name "
         f"({', '.join(sorted(p.stem for p in CONFIGS_DIR.glob('*.json')))}); 'none' trains without DeepSpeed",
     )

@@ -2,6 +2,6 @@
 
 data and corpus (datasets, the generated default corpus), embedded (the tiny default model and tokenizer),
 model_source and hub_cache (where a model comes from, offline), hf_flags and ds_configs (HF and DeepSpeed
-configuration), lora (adapters), checkpoints and outputs (what a folder holds, who owns it), step_clock
-(the timing callback inside a run).
+configuration), ds_ops (the DeepSpeed ops a config makes the ranks load), lora (adapters), checkpoints and
+outputs (what a folder holds, who owns it), step_clock (the timing callback inside a run).
 """

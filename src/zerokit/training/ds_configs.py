@@ -11,7 +11,10 @@ from pathlib import Path
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.paths import CONFIGS_DIR
 
-__all__ = ["CONFIGS_DIR", "bundled", "resolve_ds_config"]
+__all__ = ["CONFIGS_DIR", "DEFAULT_CONFIG", "bundled", "resolve_ds_config"]
+
+# train's --config when none is given (launch reads it too, to name the ops a train job needs).
+DEFAULT_CONFIG = "zero2"
 
 
 def bundled(name: str) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
-from zerokit.bench.flops import mfu, peak_tflops
+from zerokit.bench.flops import flops_per_token, mfu, peak_tflops, precision_of
 from zerokit.bench.plan import BenchConfig, DataInputs, PlainInputs, plan_runs
 from zerokit.bench.report import config_rows, data_summary, overhead_summary, scaling_rows, startup_summary
 from zerokit.bench.runner import RunResult
@@ -38,6 +38,7 @@ def config(tmp_path: Path, **changes) -> BenchConfig:
         block_size=None,
         train_args=("--bf16", "true"),
         on_gpu=False,
+        raw_script=Path("src/zerokit/bench/raw_deepspeed_loop.py"),
     )
     return BenchConfig(**{**values, **changes})
 
@@ -54,8 +55,10 @@ def test_plan_scales_then_configs_jit_data_then_rounds_of_zerokit_plain_and_no_p
         "scaling-1n-1r", "scaling-1n-2r", "scaling-2n-1r", "scaling-2n-2r", "configs-zero2", "configs-none",
         "startup-jit-1n-2r", "data-raw-1x-1", "data-prepared-1x-1", "data-raw-10x-1", "data-prepared-10x-1",
         "data-raw-1x-2", "data-prepared-1x-2", "data-raw-10x-2", "data-prepared-10x-2",
-        "overhead-zerokit-1", "overhead-plain-1", "overhead-no-preemption-1",
-        "overhead-zerokit-2", "overhead-plain-2", "overhead-no-preemption-2",
+        "overhead-zerokit-1", "overhead-plain-1", "overhead-plain-no-deepspeed-1", "overhead-raw-1",
+        "overhead-no-preemption-1",
+        "overhead-zerokit-2", "overhead-plain-2", "overhead-plain-no-deepspeed-2", "overhead-raw-2",
+        "overhead-no-preemption-2",
     ]  # fmt: skip
     by_name = {r.name: r for r in runs}
     two_nodes = by_name["scaling-2n-2r"]
@@ -81,7 +84,7 @@ def test_configs_data_and_no_preemption_runs_differ_from_the_others_in_one_thing
     assert BENCH_WITHOUT_VARIABLE not in by_name["overhead-zerokit-1"].env
     skipped = plan_runs(config(tmp_path, skip=frozenset({"configs", "data", "preemption"})), PLAIN, DATA)
     assert {r.group for r in skipped} == {"scaling", "startup", "overhead"}
-    assert {r.variant for r in skipped if r.group == "overhead"} == {"zerokit", "plain"}
+    assert {r.variant for r in skipped if r.group == "overhead"} == {"zerokit", "plain", "plain-no-deepspeed", "raw"}
 
 
 def test_jit_run_uses_the_jit_python_a_fresh_extensions_folder_and_no_preflight(tmp_path: Path):
@@ -169,16 +172,29 @@ def test_preemption_cost_config_rows_and_data_ratios():
     assert overhead["zerokit"]["startup_phases"] == phases
     rows = config_rows(results, "zero3", peak=100.0)
     assert [(r["config"], r["samples_per_s"]) for r in rows] == [("zero3", 150.0), ("none", 170.0)]
-    assert rows[1]["mfu"] == pytest.approx(170.0 * 64 * 6 * 1000 / (2 * 100e12))
+    assert rows[1]["mfu"] is None  # the model's shape unknown: no MFU rather than one without attention
+    shaped = [result("c", "configs", "none", 2, 170.0, 9.0, parameters=1000, layers=2, hidden=8, sequence=64)]
+    rows = config_rows([*results[:1], *shaped], "zero3", peak=100.0)
+    assert rows[1]["mfu"] == pytest.approx(170.0 * 64 * (6 * 1000 + 12 * 2 * 8 * 64) / (2 * 100e12))
     data = data_summary(results, {1: 2.0, 10: 9.0})
     assert data["raw_10x_over_1x"] == pytest.approx(3.0) and data["prepared_10x_over_1x"] == pytest.approx(1.1)
 
 
-def test_mfu_is_six_flops_per_parameter_per_token_against_the_devices_peak():
-    assert peak_tflops("NVIDIA H100 80GB HBM3") == 989.0 and peak_tflops("NVIDIA H100 PCIe") == 756.0
-    assert peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0 and peak_tflops("cpu") is None
-    # 7B parameters, 8 GPUs of 989 TFLOPS, 80k tokens/s in all: 6 * 7e9 * 8e4 / 7.912e15 = 42%.
-    assert mfu(8e4, 7_000_000_000, 8, 989.0) == pytest.approx(0.4247, abs=1e-4)
+def test_flops_per_token_count_attention_and_peaks_depend_on_the_gpu_and_its_precision():
+    # GPT-2 124M at sequence 1024, by hand: 6 * 124,439,808 = 746,638,848 for the parameters, and attention's
+    # QK^T and AV, forward (2 matmuls x 2 FLOPs x S x d per layer) and backward (twice that): 12 x 12 x 768 x 1024
+    # = 113,246,208, 15% of the parameters' share.
+    assert flops_per_token(124_439_808, 12, 768, 1024) == 746_638_848 + 113_246_208
+    # 7B parameters (32 x 4096) at sequence 4096, 8 GPUs of 989.5 TFLOPS, 80k tokens/s: 49.0%, not 6N's 42.4%.
+    assert mfu(8e4, flops_per_token(7_000_000_000, 32, 4096, 4096), 8, 989.5) == pytest.approx(0.4896, abs=1e-4)
+    assert peak_tflops("NVIDIA H100 80GB HBM3") == 989.5 and peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "fp32") == 67.0 and peak_tflops("NVIDIA H100 NVL", "tf32") == 417.5
+    assert peak_tflops("NVIDIA H200 NVL") == 835.5 and peak_tflops("NVIDIA H200") == 989.5
+    assert peak_tflops("NVIDIA GH200 480GB") == 989.5 and peak_tflops("NVIDIA B200") == 2250.0
+    assert peak_tflops("NVIDIA L40") == 181.0 and peak_tflops("NVIDIA L4") == 121.0  # not L40S's, not L4's
+    assert peak_tflops("Tesla V100-SXM2-32GB", "bf16") is None and peak_tflops("cpu") is None
+    assert precision_of(["--bf16", "true"]) == "bf16" and precision_of(["--fp16=true"]) == "fp16"
+    assert precision_of(["--bf16", "false", "--tf32", "true"]) == "tf32" and precision_of([]) == "fp32"
 
 
 def test_bad_input_is_refused_before_anything_runs(tmp_path: Path, zk_env):
@@ -219,3 +235,77 @@ def test_a_split_config_that_does_not_divide_the_ranks_is_refused_before_any_run
         "--configs zero2+tp3: tensor parallel size 3 does not divide the 2 ranks the configs run on (the largest "
         "--ranks): give --ranks a multiple of 3"
     )
+
+
+def test_the_baselines_are_the_plain_script_with_and_without_deepspeed_and_the_raw_loop(tmp_path: Path):
+    by_name = {r.name: r for r in plan_runs(config(tmp_path), PLAIN)}
+    plain, bare, raw = (by_name[f"overhead-{v}-1"] for v in ("plain", "plain-no-deepspeed", "raw"))
+    assert [w for w in raw.argv if w.endswith(".py")] == ["src/zerokit/bench/raw_deepspeed_loop.py"]
+    assert "--deepspeed" in plain.argv and "--deepspeed" in raw.argv and "--deepspeed" not in bare.argv
+
+    def words(run):  # the command line but its free port and its own folder's name
+        argv = list(run.argv)
+        del argv[argv.index("--master-port") : argv.index("--master-port") + 2]
+        return [word.replace(run.name, "RUN") for word in argv]
+
+    assert [w for w in words(plain) if w not in ("--deepspeed", "configs/zero3.json")] == words(bare)
+    for run in (plain, bare, raw, by_name["overhead-zerokit-1"]):  # every script counts its steps' tokens
+        assert run.argv[run.argv.index("--include_num_input_tokens_seen") + 1] == "true"
+    skipped = plan_runs(config(tmp_path, skip=frozenset({"raw", "no-deepspeed"})), PLAIN)
+    assert {r.variant for r in skipped if r.group == "overhead"} == {"zerokit", "plain", "zerokit-no-preemption"}
+
+
+def test_the_clock_counts_the_tokens_a_short_last_batch_really_had(tmp_path: Path):
+    """StepClock driven as the Trainer drives it (its hooks, its state's token count): an epoch of 3 full steps of
+    64 tokens and a short one of 16; throughput is the counted tokens over the steps' time, not 4 full steps."""
+    import json
+    from types import SimpleNamespace
+
+    from zerokit.bench.plan import Run
+    from zerokit.bench.runner import summarize
+    from zerokit.training.step_clock import StepClock
+
+    clock = StepClock(tmp_path / "timings", tokens_per_sample=16)
+    args = SimpleNamespace(world_size=1, process_index=0, per_device_train_batch_size=4, gradient_accumulation_steps=1)
+    state = SimpleNamespace(num_input_tokens_seen=0)
+    clock.on_train_begin(args, state, None)
+    for tokens in (64, 64, 64, 64, 16):  # the first step is left out of the timings, as every step before it
+        state.num_input_tokens_seen += tokens
+        clock.on_step_end(args, state, None)
+    clock.on_train_end(args, state, None)
+    record = json.loads((tmp_path / "timings" / "rank-0.json").read_text())
+    assert record["step_tokens"] == [64, 64, 64, 16] and record["tokens_per_step"] == 64
+    record["step_seconds"] = [1.0, 1.0, 1.0, 1.0]
+    run = Run("r", "scaling", "zerokit", 1, 1, ("x",), tmp_path)
+    figures = summarize(run, [{**record, "first_step_end": 1.0}], 0.0, 10.0, warmup_steps=0)
+    assert figures.tokens_per_second == 208 / 4 and figures.samples_per_second == 208 / 4 / 16
+    assert figures.tokens_counted and figures.steps_per_second == 1.0
+
+
+def test_a_preset_is_flags_the_users_own_override(tmp_path: Path):
+    from zerokit.bench.cli import parse
+
+    cfg = parse(["--preset", "tiny", "--output", str(tmp_path / "b"), "--repeats", "1", "--", "--seed", "3"])
+    assert (cfg.preset, cfg.repeats, cfg.batch_size, cfg.block_size, cfg.ranks) == ("tiny", 1, 4, 64, (1,))
+    assert cfg.model == str((tmp_path / "b" / "preset" / "model").resolve()) and cfg.configs == ("zero1", "zero3")
+    assert cfg.config.name == "zero2.json" and {"startup", "data", "preemption"} <= cfg.skip
+    assert cfg.train_args == ("--seed", "3") and cfg.precision == "fp32"
+
+
+def test_a_gpu_missing_from_the_peak_table_is_refused_naming_peak_tflops(tmp_path: Path, monkeypatch):
+    """A mock GPU (none here): torch says it sees one of a name the table lacks. bench refuses before any run."""
+    import torch
+
+    from zerokit.bench.cli import parse
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA Future X1")
+    with pytest.raises(UserError) as refused:
+        parse(["--output", str(tmp_path / "b")])
+    assert str(refused.value) == (
+        "bench: zerokit.bench.flops has no bf16 peak for 'NVIDIA Future X1', so MFU cannot be reported: give "
+        "--peak-tflops N (the data sheet's dense bf16 TFLOPS per GPU)"
+    )
+    assert parse(["--output", str(tmp_path / "b"), "--peak-tflops", "500"]).peak_tflops == 500.0
+    assert not (tmp_path / "b").exists()

@@ -9,6 +9,8 @@ import pytest
 
 from tests.unit.doctor.conftest import context, failures, only, run_main, write_stack
 from zerokit.doctor.gpu import GpuInfo, check_gpu, driver_cuda_version, parse_arch_list, probe_gpu
+from zerokit.image import built_ops
+from zerokit.image.built_ops import BuiltOps
 
 TORCH_ARCHS = ("sm_80", "sm_90", "sm_100", "sm_120", "compute_120")
 
@@ -17,8 +19,17 @@ def cuda_stack(tmp_path: Path, arch_list: str = "8.0;9.0"):
     return write_stack(tmp_path, accelerator='"cuda"', cuda='"13.0"', torch_cuda_arch_list=f'"{arch_list}"')
 
 
-def fake(*capabilities: tuple[int, int], driver=(13, 0), arch_list=TORCH_ARCHS):
-    return lambda: GpuInfo("13.0", tuple((f"GPU sm_{a}{b}", (a, b)) for a, b in capabilities), arch_list, driver)
+def fake(*capabilities: tuple[int, int], driver=(13, 0), arch_list=TORCH_ARCHS, built: BuiltOps | None = None):
+    devices = tuple((f"GPU sm_{a}{b}", (a, b)) for a, b in capabilities)
+    return lambda: GpuInfo("13.0", devices, arch_list, driver, built)
+
+
+def venv_built_for(prefix: Path, arch_list: str, stack: str = "site") -> BuiltOps:
+    """An environment whose ops gate recorded ops built for arch_list (zerokit-ops.json in prefix), read back."""
+    prefix.mkdir(exist_ok=True)
+    built = BuiltOps(stack, "cuda", arch_list, ("cpu_adam", "fused_adam"), "0.19.8", "0123456789abcdef")
+    built_ops.record(built, prefix)
+    return built_ops.recorded(prefix)
 
 
 def test_probe_on_this_cpu_only_torch():
@@ -55,6 +66,35 @@ def test_a_gpu_the_ops_were_not_built_for_fails(tmp_path: Path):
     assert ops.status == "fail" and ops.detail == "DeepSpeed's ops are built for '8.0;9.0'; this GPU is 12.0"
     assert "torch_cuda_arch_list in containers/stacks/cpu.toml" in ops.fix
     assert only(results, "gpu: torch arch").status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("stack", "fix"),
+    [
+        ("site", 'rebuild the ops for this GPU: make venv STACK=site TORCH_CUDA_ARCH_LIST="8.0;9.0"'),
+        ("cuda13", 'add 8.0 to torch_cuda_arch_list in containers/stacks/cuda13.toml ("8.0;9.0") and rebuild'),
+    ],
+)
+def test_ops_built_for_9_0_moved_to_an_8_0_gpu_fail_though_the_stack_lists_it(tmp_path: Path, stack: str, fix: str):
+    """The GPU proof builds a site venv's ops for its GPU only (TORCH_CUDA_ARCH_LIST=9.0); the stack read later
+    names torch's whole list. The record says what was built: an A100 gets no kernel, doctor fails."""
+    built = venv_built_for(tmp_path / "venv", "9.0", stack)
+    results = check_gpu(context(stack=cuda_stack(tmp_path, "8.0;9.0")), probe=fake((8, 0), built=built))
+    ops = only(results, "gpu: ops arch")
+    assert ops.status == "fail"
+    assert ops.detail == "DeepSpeed's ops are built for '9.0' (recorded at build); this GPU is 8.0"
+    assert fix in ops.fix
+    without_record = check_gpu(context(stack=cuda_stack(tmp_path, "8.0;9.0")), probe=fake((8, 0)))
+    assert only(without_record, "gpu: ops arch").status == "ok"
+
+
+def test_ops_recorded_as_built_for_the_gpu_pass_though_the_stack_lacks_it(tmp_path: Path):
+    built = venv_built_for(tmp_path / "venv", "8.0;9.0")
+    results = check_gpu(context(stack=cuda_stack(tmp_path, "8.0")), probe=fake((9, 0), built=built))
+    ops = only(results, "gpu: ops arch")
+    assert (ops.status, ops.detail) == ("ok", "arch list recorded at build 8.0;9.0 covers 9.0")
+    stack_only = check_gpu(context(stack=cuda_stack(tmp_path, "8.0")), probe=fake((9, 0)))
+    assert only(stack_only, "gpu: ops arch").status == "fail"
 
 
 def test_ptx_makes_it_a_warning(tmp_path: Path):

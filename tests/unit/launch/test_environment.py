@@ -8,7 +8,9 @@ import pytest
 
 from zerokit.cluster import SlurmEnvironment
 from zerokit.foundations.errors import UserError
-from zerokit.launch.environment import check_port_free, ensure_rank_env, launch_environment
+from zerokit.launch.config import parse
+from zerokit.launch.environment import check_port_free, deepspeed_arch_env, ensure_rank_env, launch_environment
+from zerokit.launch.plan import plan
 
 SRUN = {"SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2"}
 SRUN |= {"SLURM_NODEID": "0", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1"}
@@ -69,3 +71,38 @@ def test_a_required_scheduler_must_have_started_this_process():
     with pytest.raises(UserError, match=r"--launcher openmpi .* OpenMPI's variables are not set here: start the"):
         launch_environment(SRUN, "openmpi")
     assert launch_environment({}, None) is None
+
+
+@pytest.mark.parametrize(
+    ("given", "for_the_ranks"),
+    [
+        ("9.0a", "9.0"),
+        ("8.0;9.0a", "8.0;9.0"),
+        ("10.0f 9.0", "9.0;10.0"),
+        ("sm_90a", "9.0"),
+        ("sm_80;compute_90", "8.0;9.0+PTX"),
+    ],
+)
+def test_an_arch_list_deepspeed_cannot_read_is_made_one_it_can_with_a_note(given: str, for_the_ranks: str):
+    env, note = deepspeed_arch_env({"TORCH_CUDA_ARCH_LIST": given})
+    assert env == {"TORCH_CUDA_ARCH_LIST": for_the_ranks}
+    assert note.startswith(f"TORCH_CUDA_ARCH_LIST={given} is {for_the_ranks} for the ranks: DeepSpeed 0.19.8 reads")
+
+
+@pytest.mark.parametrize("given", [None, "", "9.0", "8.0;9.0+PTX", "9.0;8.0", "8.0 9.0", "Hopper"])
+def test_an_arch_list_deepspeed_reads_or_none_is_left_alone(given: str | None):
+    assert deepspeed_arch_env({} if given is None else {"TORCH_CUDA_ARCH_LIST": given}) == ({}, None)
+
+
+def test_every_rank_gets_the_plain_arch_and_one_note_is_said():
+    """An H100 node's preset 9.0a: the ranks launch starts (spawn) or becomes (exec, under srun) get 9.0; the note
+    is the plan's once, on rank 0's launch only."""
+    environ = {"TORCH_CUDA_ARCH_LIST": "9.0a"}
+    spawn = plan(parse(["--nproc-per-node", "2", "train"], environ, "python"), None, environ, 8, str, lambda: 41000)
+    assert [c.env["TORCH_CUDA_ARCH_LIST"] for c in spawn.commands] == ["9.0", "9.0"]
+    assert len(spawn.notes) == 1 and "9.0a is 9.0 for the ranks" in spawn.notes[0]
+    for rank, notes in (("0", 1), ("1", 0)):
+        srun = {**SRUN, "SLURM_PROCID": rank, "SLURM_LOCALID": rank, **environ}
+        exec_plan = plan(parse(["train"], srun, "python"), SlurmEnvironment(srun), srun, 8, str, lambda: 41000)
+        assert exec_plan.mode == "exec" and exec_plan.commands[0].env["TORCH_CUDA_ARCH_LIST"] == "9.0"
+        assert len(exec_plan.notes) == notes

@@ -1,0 +1,88 @@
+"""The DeepSpeed ops the job's config needs that this install has not prebuilt, named before any rank starts.
+
+A rank that loads such an op compiles it (JIT) on every node at start: minutes, and it fails offline or
+without a compiler. launch's preflight reads the job's DeepSpeed config (zerokit.training.ds_ops says what it
+needs) and the install's prebuilt ops (zerokit.image.ds_install), and names the difference in one line: a
+warning, or with `--strict-ops` a refusal (exit 2), nothing started.
+
+The config is the one the launched command names: `train --config NAME|FILE` (else ZEROKIT_CONFIG, else train's
+default; `none`: no DeepSpeed), or any other command's `--deepspeed_config FILE` (DeepSpeed's own flag) or
+`--deepspeed FILE` (HF's TrainingArguments). One that does not exist or is not JSON is left to the command,
+which reports it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from zerokit.foundations.errors import UserError
+from zerokit.image.ds_install import Prebuilt
+from zerokit.launch.local import flag_value
+from zerokit.training.ds_configs import DEFAULT_CONFIG, resolve_ds_config
+from zerokit.training.ds_ops import ops_needed
+
+TRAIN = ("-m", "zerokit", "train")  # a target's argv after the interpreter (zerokit.launch.config.target_argv)
+SCRIPT_FLAGS = ("--deepspeed_config", "--deepspeed")  # DeepSpeed's `--deepspeed` alone is a switch: no value
+
+
+def job_ds_config(argv: Sequence[str], environ: Mapping[str, str]) -> dict | None:
+    """The DeepSpeed config the command runs with; None for none, or one it cannot read (it says why)."""
+    words = list(argv)
+    if tuple(words[1:4]) == TRAIN:
+        name = flag_value(words[4:], "--config") or environ.get("ZEROKIT_CONFIG") or DEFAULT_CONFIG
+        try:
+            path = resolve_ds_config(name)
+        except UserError:
+            return None
+        return read_config(path) if path else None
+    for flag in SCRIPT_FLAGS:
+        value = flag_value(words, flag)
+        if value and not value.startswith("-") and (config := read_config(Path(value))) is not None:
+            return config
+    return None
+
+
+def read_config(path: Path) -> dict | None:
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def unbuilt_ops(config: dict, prebuilt: Prebuilt, environ: Mapping[str, str]) -> dict[str, str]:
+    """op -> why, for each op the config needs that is not prebuilt (DS_ACCELERATOR overrides the install's)."""
+    accelerator = environ.get("DS_ACCELERATOR") or prebuilt.accelerator
+    return {op: why for op, why in ops_needed(config, accelerator).items() if not prebuilt.ops.get(op, False)}
+
+
+def unbuilt_line(missing: Mapping[str, str]) -> str:
+    """One line naming the ops, why the job needs them, what it costs and the fix."""
+    ops = ", ".join(f"{op} ({why})" for op, why in missing.items())
+    one = len(missing) == 1
+    return (
+        f"DeepSpeed op{'' if one else 's'} {ops} {'is' if one else 'are'} not prebuilt in this install: DeepSpeed "
+        f"will JIT-compile {'it' if one else 'them'} on every node at start (minutes; fails offline or without a "
+        f"compiler); add {'it' if one else 'them'} to the stack's ds_ops and rebuild the image, or change the "
+        "config to ops that are prebuilt"
+    )
+
+
+def check_job_ops(
+    target: Sequence[str], environ: Mapping[str, str], prebuilt: Prebuilt | None, strict: bool
+) -> dict[str, str]:
+    """Warn on stderr about the ops the job needs and this install lacks, or with `strict` raise UserError.
+
+    Returns those ops; none when DeepSpeed is not installed (doctor's check names that) or the job has no config.
+    """
+    if prebuilt is None or (config := job_ds_config(target, environ)) is None:
+        return {}
+    missing = unbuilt_ops(config, prebuilt, environ)
+    if missing and strict:
+        raise UserError(f"{unbuilt_line(missing)}; not starting (--strict-ops)")
+    if missing:
+        print(f"launch: warning: {unbuilt_line(missing)} (--strict-ops refuses to start)", file=sys.stderr)
+    return missing
