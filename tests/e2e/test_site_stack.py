@@ -159,13 +159,6 @@ def test_the_gpu_proof_runs_its_steps_on_cpu_ranks_and_writes_one_report(site: S
     overhead = report["bench"]["overhead"]  # zerokit's train against the three baselines, in the same run
     for side in ("zerokit", "plain", "plain-no-deepspeed", "raw"):
         assert overhead[side]["median_tokens_per_s"] > 0, side
-    (out / "torch-extensions" / "fused_adam").mkdir(parents=True)  # as a JIT compile would leave it
-    (out / "torch-extensions" / "fused_adam" / "fused_adam.so").write_bytes(b"")
-    jit = subprocess.run([*proof, "--venv", str(site.venv), "--output", str(out), "--only", "jit"],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert jit.returncode == 1 and "fused_adam.so" in json.loads((out / "report.json").read_text())["steps"]["jit"][
-        "detail"]  # fmt: skip
-
     # A step that needs the venv, without one: reported as skipped, the others' results kept.
     again = subprocess.run([*proof, "--venv", str(tmp_path / "none"), "--output", str(out), "--only", "doctor"],
                            cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -173,6 +166,14 @@ def test_the_gpu_proof_runs_its_steps_on_cpu_ranks_and_writes_one_report(site: S
     rows = json.loads((out / "report.json").read_text())["steps"]
     assert rows["doctor"] == {"status": "skipped", "why": "no site venv (the venv step failed or has not run)"}
     assert rows["bench"]["status"] == "ok"
+
+    # A library JIT-compiled into the run's extensions folder fails the jit step, naming it.
+    (out / "torch-extensions" / "fused_adam").mkdir(parents=True)  # as a JIT compile would leave it
+    (out / "torch-extensions" / "fused_adam" / "fused_adam.so").write_bytes(b"")
+    jit = subprocess.run([*proof, "--venv", str(site.venv), "--output", str(out), "--only", "jit"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert jit.returncode == 1 and "fused_adam.so" in json.loads((out / "report.json").read_text())["steps"]["jit"][
+        "detail"]  # fmt: skip
 
 
 def test_the_gpu_bundle_carries_what_the_machine_lacks_and_refuses_to_outgrow_the_carry(tmp_path: Path):
@@ -186,8 +187,25 @@ def test_the_gpu_bundle_carries_what_the_machine_lacks_and_refuses_to_outgrow_th
     result = subprocess.run([*bundle, str(tmp_path / "b")], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     files = sorted(p.name.replace("_", "-") for p in (tmp_path / "b").iterdir())
-    assert files == ["deepspeed-0.19.8.tar.gz", "python-hostlist-2.3.0.tar.gz", "requirements.txt", "test-runner.txt"]
+    assert files == ["bundle.json", "deepspeed-0.19.8.tar.gz", "libaio-dev-0.3.113-4-amd64.deb",
+                     "libaio1-0.3.113-4-amd64.deb", "python-hostlist-2.3.0.tar.gz", "requirements.txt",
+                     "test-runner.txt"]  # fmt: skip
     assert "pytest==" in (tmp_path / "b" / "test-runner.txt").read_text()
+    made = json.loads((tmp_path / "b" / "bundle.json").read_text())
+    assert made["python"] == "3.11" and made["assumed"]["transformers"] == locked["transformers"]  # left to it
+    assert "python-hostlist" not in made["assumed"] and "deepspeed" not in made["assumed"]
+
+    # The proof checks it first, against the machine it runs on (here this Python): it was made for 3.11 with
+    # the lock's transformers assumed; a machine with another makes it refuse in one line and run nothing else.
+    made["assumed"]["transformers"] = "0.0.1"
+    (tmp_path / "b" / "bundle.json").write_text(json.dumps(made))
+    proof = [sys.executable, "tests/gpu/proof", "--device", "cpu", "--python", sys.executable,
+             "--wheelhouse", str(tmp_path / "b"), "--output", str(tmp_path / "proof")]  # fmt: skip
+    refused = subprocess.run(proof, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    steps = json.loads((tmp_path / "proof" / "report.json").read_text())["steps"]
+    detail = steps["bundle"]["detail"]
+    assert list(steps) == ["bundle"] and "it left out transformers 0.0.1, which this machine has at " in detail
     small = subprocess.run([*bundle, "--max-mib", "0.1", str(tmp_path / "c")], cwd=REPO, capture_output=True,
                            text=True, timeout=300)  # fmt: skip
     assert small.returncode == 1
