@@ -33,3 +33,17 @@ def test_the_release_builds_stacks_that_exist():
     release = yaml.safe_load((REPO / ".github" / "workflows" / "release.yml").read_text())
     stacks = release["jobs"]["release"]["strategy"]["matrix"]["stack"]
     assert stacks and all((REPO / "containers" / "stacks" / f"{stack}.toml").is_file() for stack in stacks)
+
+
+def test_the_gpu_workflow_runs_the_stacks_python_and_the_proof_and_uploads_its_reports():
+    import tomllib
+
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "gpu-smoke.yml").read_text())
+    smoke, proof = workflow["jobs"]["smoke"], workflow["jobs"]["proof"]
+    python = next(step["with"]["python-version"] for step in smoke["steps"] if "setup-python" in step.get("uses", ""))
+    stack = tomllib.loads((REPO / "containers" / "stacks" / "cuda13.toml").read_text())
+    assert python == stack["python"]  # the smoke job's dev environment is made by the stack's Python
+    assert any("make gpu-proof" in step.get("run", "") for step in proof["steps"])
+    uploaded = next(step["with"]["path"] for step in proof["steps"] if "upload-artifact" in step.get("uses", ""))
+    for report in ("report.md", "report.json", "tests.xml", "logs/", "bench/results.json"):
+        assert f"build/gpu-proof/{report}" in uploaded, report

@@ -99,14 +99,32 @@ def hostfile_lines_hosts(lines: Iterable[str]) -> tuple[str, ...]:
 
 
 def nodelist_hosts(environ: Mapping[str, str], variable: str) -> tuple[str, ...]:
-    """Hosts of a Slurm-style node list ("gpu[01-04],login1") in `variable`, () if it is unset."""
+    """Hosts of a Slurm-style node list ("gpu[01-04],login1") in `variable`, () if it is unset.
+
+    Entries are split on commas and on spaces outside brackets, and spaces inside brackets are dropped,
+    as Slurm's own hostlist parser does: "alpha, host[5-9] gamma" and "1.2.3.[089, 100-110]" are read
+    (zero-padding kept: 1.2.3.089).
+    """
     value = environ.get(variable, "").strip()
     if not value:
         return ()
     try:
-        return unique(hostlist.expand_hostlist(value))
+        return unique(hostlist.expand_hostlist(",".join(nodelist_entries(value))))
     except hostlist.BadHostlist as err:
         raise UserError(f"{variable}={value!r} is not a node list like gpu[01-04] ({err}): let Slurm set it") from err
+
+
+def nodelist_entries(value: str) -> list[str]:
+    """A node list's entries, unexpanded: "a, b[1, 3-4] c" -> ["a", "b[1,3-4]", "c"]."""
+    entries, entry, depth = [], "", 0
+    for char in value:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth == 0 and (char == "," or char.isspace()):
+            entries += [entry] if entry else []
+            entry = ""
+        elif not char.isspace():
+            entry += char
+    return [*entries, entry] if entry else entries
 
 
 def block_node_rank(rank: int, local_rank: int, local_size: int, world_size: int, title: str, fix: str) -> int:

@@ -41,7 +41,9 @@ def check_ops(ctx: Context) -> list[CheckResult]:
 def _would_jit(deepspeed, required: tuple[str, ...]) -> CheckResult:
     """The ops of this accelerator that are not prebuilt: using one would compile it at start-up.
 
-    Informational (ok): the stack leaves them out on purpose (deepspeed_ccl_comm needs oneCCL, ...).
+    Informational (ok): the stack leaves them out on purpose (deepspeed_ccl_comm needs oneCCL, ...). Whether a
+    job needs one depends on its DeepSpeed config: launch's preflight reads it and names the op before any rank
+    starts (zerokit.launch.job_ops; `--strict-ops` refuses).
     """
     from deepspeed.git_version_info import installed_ops
     from deepspeed.ops.op_builder.all_ops import ALL_OPS
@@ -53,5 +55,9 @@ def _would_jit(deepspeed, required: tuple[str, ...]) -> CheckResult:
     )
     prebuilt = sorted(name for name in ALL_OPS if installed_ops.get(name, False))
     detail = f"DeepSpeed {deepspeed.__version__}: {len(prebuilt)} prebuilt"
-    detail += f"; not prebuilt, JIT-compiled if used: {', '.join(missing)}" if missing else "; nothing would JIT"
+    detail += (
+        f"; not prebuilt, JIT-compiled if used: {', '.join(missing)} (launch names those a job's config needs)"
+        if missing
+        else "; nothing would JIT"
+    )
     return ok("ops: would JIT", detail)
