@@ -1,7 +1,7 @@
 """The zerokit command line: `zerokit <command> ...`, and the entrypoints `train`, `doctor`, ... on PATH.
 
-One table from command to the function behind it; each module is imported only when its
-command runs, so `--help` stays fast and does not import torch.
+One table from command to the function behind it, its summary and its parsers; each module is imported
+only when its command runs, so `--help` stays fast and does not import torch.
 """
 
 from __future__ import annotations
@@ -10,48 +10,83 @@ import importlib
 import os
 import signal
 import sys
+from dataclasses import dataclass
 
 from zerokit.foundations.errors import OneLineError
 from zerokit.foundations.process_end import end_process
 
-# command -> ("module:function" taking argv and returning an exit code, one-line summary)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("zerokit.train.cli:main", "train a causal LM with the HF Trainer and DeepSpeed ZeRO"),
-    "launch": ("zerokit.launch.cli:main", "start ranks of train (or any command) locally or across nodes"),
-    "generate": ("zerokit.commands.generate:main", "generate text from a trained model folder"),
-    "demo": ("zerokit.commands.demo:main", "the main job: 2 CPU ranks, ZeRO-3, embedded default, then a sample"),
-    "doctor": ("zerokit.doctor.cli:main", "preflight checks: fail loudly and name the fix"),
-    "prepare": ("zerokit.prepare:main", "stage models and data for offline nodes; tokenize once into blocks"),
-    "bench": ("zerokit.bench.cli:main", "scaling, start-up and overhead report: report.md, scaling.png, JSON"),
-    "universal": ("zerokit.commands.universal:main", "convert a checkpoint so it resumes on another number of ranks"),
-    "smoke": (
+
+@dataclass(frozen=True)
+class Command:
+    """A command: the function behind it ("module:function", taking argv, returning an exit code), a one-line
+    summary, and the functions ("module:function", taking the environment) that make its parsers, each from one
+    flags dataclass whose fields are its flags, defined once (zerokit.foundations.flags)."""
+
+    main: str
+    summary: str
+    parsers: tuple[str, ...] = ()
+
+
+# Where a command lives (docs/architecture.md): a command of several modules is the package zerokit/<command>/
+# with its cli.py; a command of one module is zerokit/commands/<command>.py.
+COMMANDS: dict[str, Command] = {
+    "train": Command(
+        "zerokit.train.cli:main",
+        "train a causal LM with the HF Trainer and DeepSpeed ZeRO",
+        ("zerokit.train.cli:build_parser",),
+    ),
+    "launch": Command(
+        "zerokit.launch.cli:main",
+        "start ranks of train (or any command) locally or across nodes",
+        ("zerokit.launch.config:build_parser",),
+    ),
+    "generate": Command(
+        "zerokit.generate.cli:main",
+        "generate text from a trained model folder",
+        ("zerokit.generate.options:build_parser",),
+    ),
+    "demo": Command(
+        "zerokit.commands.demo:main",
+        "the main job: 2 CPU ranks, ZeRO-3, embedded default, then a sample",
+        ("zerokit.commands.demo:build_parser",),
+    ),
+    "doctor": Command(
+        "zerokit.doctor.cli:main",
+        "preflight checks: fail loudly and name the fix",
+        ("zerokit.doctor.cli:build_parser",),
+    ),
+    "prepare": Command(
+        "zerokit.prepare.cli:main",
+        "stage models and data for offline nodes; tokenize once into blocks",
+        ("zerokit.prepare.cli:stage_parser", "zerokit.prepare.cli:tokenize_parser"),  # staging; `prepare tokenize`
+    ),
+    "bench": Command(
+        "zerokit.bench.cli:main",
+        "scaling, start-up and overhead report: report.md, scaling.png, JSON",
+        ("zerokit.bench.cli:build_parser",),
+    ),
+    "universal": Command(
+        "zerokit.commands.universal:main",
+        "convert a checkpoint so it resumes on another number of ranks",
+        ("zerokit.commands.universal:build_parser",),
+    ),
+    "smoke": Command(
         "zerokit.commands.smoke:main",
         "an image's smoke test: doctor, two ZeRO-3 trainings, generate, a report",
+        ("zerokit.commands.smoke:build_parser",),
     ),
-    "ops-gate": ("zerokit.image.ops_gate:main", "fail unless every DeepSpeed op of a stack is prebuilt and loads"),
+    # No flags: one argument, the stack (a step of the image builds, `zerokit ops-gate STACK`).
+    "ops-gate": Command(
+        "zerokit.commands.ops_gate:main", "fail unless every DeepSpeed op of a stack is prebuilt and loads"
+    ),
 }
-
-# command -> the functions ("module:function", taking the environment) that make its parsers, each from one
-# options dataclass whose fields are its flags, each defined once (zerokit.foundations.flags). prepare has
-# two: staging, and `prepare tokenize`. healthcheck is no command but launch --check's rank program.
-PARSERS: dict[str, tuple[str, ...]] = {
-    "train": ("zerokit.train.cli:build_parser",),
-    "launch": ("zerokit.launch.config:build_parser",),
-    "generate": ("zerokit.commands.generate:build_parser",),
-    "demo": ("zerokit.commands.demo:build_parser",),
-    "doctor": ("zerokit.doctor.cli:build_parser",),
-    "prepare": ("zerokit.prepare:stage_parser", "zerokit.prepare:tokenize_parser"),
-    "bench": ("zerokit.bench.cli:build_parser",),
-    "universal": ("zerokit.commands.universal:build_parser",),
-    "smoke": ("zerokit.commands.smoke:build_parser",),
-    "ops-gate": (),  # no flags: one argument, the stack (a step of the image builds, `zerokit ops-gate STACK`)
-    "healthcheck": ("zerokit.healthcheck.command:build_parser",),
-}
+# Not a command but launch --check's rank program, with flags of its own.
+RANK_PROGRAM_PARSERS = ("zerokit.healthcheck.command:build_parser",)
 
 
 def usage() -> str:
     lines = ["usage: zerokit <command> [args...]", "", "commands:"]
-    lines += [f"  {name:<10} {summary}" for name, (_, summary) in COMMANDS.items()]
+    lines += [f"  {name:<10} {command.summary}" for name, command in COMMANDS.items()]
     return "\n".join(lines)
 
 
@@ -64,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"error: unknown command {name!r}\n{usage()}", file=sys.stderr)
         return 2
-    module_name, function_name = COMMANDS[name][0].split(":")
+    module_name, function_name = COMMANDS[name].main.split(":")
     function = getattr(importlib.import_module(module_name), function_name)
     try:
         return function(rest)

@@ -69,3 +69,36 @@ def test_input_errors_are_one_line(tmp_path: Path, zk_env, model: Path, extra: l
     result = run_zerokit(argv, zk_env)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, result.stderr
+
+
+def test_rows_past_the_context_are_fitted_with_one_warning_or_refused(tmp_path: Path, zk_env, model: Path):
+    """A prompt longer than the model's 64 positions among good rows: cut from the left with one warning, every
+    row written (before, the run died in torch.embedding at that row's batch); `--truncate error` (here from
+    ZEROKIT_TRUNCATE) refuses the run in one line before the model loads, writing nothing."""
+    from transformers import AutoTokenizer
+
+    long_row = {"question": "count : one two three four five six seven eight nine ten " * 8, "id": 4}
+    rows = [*ROWS, long_row]
+    prompts = tmp_path / "rows.jsonl"
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    argv = ["generate", str(model), "--jsonl", str(prompts), "--template", "Q: {question}\\nA:"]
+    argv += ["--batch-size", "2", "--max-new-tokens", "8"]
+    result = run_zerokit([*argv, "--output", str(tmp_path / "out.jsonl")], zk_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "generate: warning: 1 of 4 rows (row 3) pass the model's context of 64 tokens with their new tokens: "
+        "1 with the prompt cut from the left, 0 with the new tokens capped; --truncate error refuses such rows instead"
+    ], result.stderr
+    written = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [row["row"] for row in written] == [0, 1, 2, 3]
+    assert written[3]["prompt"] == f"Q: {long_row['question']}\nA:" and written[3]["completion"]
+
+    length = len(AutoTokenizer.from_pretrained(model)(written[3]["prompt"])["input_ids"])
+    refused = run_zerokit([*argv, "--output", str(tmp_path / "refused.jsonl")], {**zk_env, "ZEROKIT_TRUNCATE": "error"})
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        f"error: --truncate error: row 3's prompt of {length} tokens leaves no room for new tokens in the model's "
+        "context of 64 tokens: pass --truncate left (keeps a prompt's last tokens), or prompts shorter than 64 tokens"
+    ]
+    assert not (tmp_path / "refused.jsonl").exists() and not (tmp_path / ".refused.jsonl.partial").exists()

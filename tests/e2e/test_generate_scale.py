@@ -3,7 +3,7 @@ shared by data-parallel ranks, tensor-parallel ranks (DeepSpeed AutoTP), a run k
 prompts (save_to_disk, csv, --sample, --stop, --chat), and inputs refused before the model loads.
 
 Every run generates greedily from one tiny Llama, so each must give the one-process run's rows (`reference`),
-byte for byte: the same batches on any number of ranks (zerokit.commands.generate.ranks).
+byte for byte: the same batches on any number of ranks (zerokit.generate.ranks).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, isolated_env, run_zerokit
-from zerokit.commands.generate.cli import main as generate_main
+from zerokit.generate.cli import main as generate_main
 from zerokit.training.data import PREPARED_NAME
 from zerokit.training.embedded import prepare_embedded
 

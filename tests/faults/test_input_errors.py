@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def train(out: Path, *args: str) -> list[str]:
         (["--learning_rat", "1e-4"], "unknown flag --learning_rat: did you mean --learning_rate?"),
         (["--block_size", "32"], "unknown flag --block_size: did you mean --block-size?"),  # zerokit's, as spelled
         (["--max_steps", "-5"], "--max_steps -5: must be at least 1"),
-        (["--block-size", "0"], "--block-size must be at least 1"),
+        (["--block-size", "1"], "--block-size must be at least 2"),
         (["--model", "/no/such/dir"], "--model /no/such/dir: no such folder"),
         (["--tokenizer", "./missing-tokenizer"], "--tokenizer ./missing-tokenizer: no such folder"),
     ],
@@ -163,3 +164,19 @@ def test_train_refuses_a_corpus_too_small_to_train_on(tmp_path: Path, zk_env, te
     lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
     assert says in lines[0] and "Traceback" not in result.stderr
+
+
+def test_the_default_llama_is_refused_before_it_is_built(tmp_path: Path, zk_env):
+    """`train --model-type llama` builds transformers' default Llama, 6.5B parameters (its vocabulary fitted to the
+    embedded tokenizer's): on a 24 GiB node the
+    OOM killer ended it after 90 s (22.7 GB, exit 137, no word). The memory check refuses it in seconds."""
+    from zerokit.training.node_memory import host_available
+
+    if host_available() > 120 * 2**30:  # ZeRO-2 in fp32 on one CPU rank needs 121 GiB: this node would hold it
+        pytest.skip("this node has room for the default Llama's model states")
+    started = time.monotonic()
+    result = run_zerokit(train(tmp_path / "out", "--model-type", "llama"), zk_env, timeout=60)
+    line = one_line_error(result)
+    assert line.startswith("error: not enough memory: this run needs at least 121 GiB of host memory"), line
+    assert "6.48B parameters, ZeRO-2, fp32" in line and "--config zero3 over" in line, line
+    assert time.monotonic() - started < 60

@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"zerokit.image", "zerokit.cluster", "zerokit.training"},
     {"zerokit.doctor", "zerokit.healthcheck", "zerokit.prepare", "zerokit.runs"},
     {"zerokit.launch", "zerokit.train"},
-    {"zerokit.train.cli", "zerokit.bench", "zerokit.commands", "zerokit.__main__"},
+    {"zerokit.train.cli", "zerokit.bench", "zerokit.generate", "zerokit.commands", "zerokit.__main__"},
 ]
 LEVEL = {part: level for level, parts in enumerate(LAYERS) for part in parts}
 

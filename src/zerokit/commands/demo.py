@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
     code = train_main(train_argv(args))
     if code != 0:
         return code
-    from zerokit.commands.generate import generate
+    from zerokit.generate import generate
 
     results = json.loads((args.output / "eval_results.json").read_text())
     before = first_eval_perplexity(args.output)

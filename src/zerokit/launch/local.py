@@ -17,7 +17,8 @@
   final model is in the command's output folder (--output_dir), so a user knows whether to trust it:
   a rank can abort at exit after the job has written everything (issue 32). A node's only rank is
   supervised as well (plan.py: spawn), so this holds for one rank per node too. A head-node mpirun or
-  mpiexec that exits 128+N names its rank itself; launch's line then adds the outputs' state.
+  mpiexec that exits 128+N names its rank itself; launch's line then adds the outputs' state. A rank the
+  kernel's OOM killer ended is named as such, with its size when the kernel log tells (zerokit.launch.oom).
 - With a stall watch (`--stall-timeout`, zerokit.launch.stall): when no rank has made progress for
   its timeout, launch gets every rank's stacks, stops the ranks as for a failed rank, and ends with one
   line naming the stuck rank(s); the ranks' exits on the way are not failures of their own.
@@ -44,8 +45,10 @@ from pathlib import Path
 
 from zerokit.cluster.shm_segments import remove_segments
 from zerokit.foundations.errors import UserError
+from zerokit.launch.oom import SIGKILL_EXITS, oom_cause
 from zerokit.launch.progress import STALL_EXIT_CODE
 from zerokit.launch.stall import StallWatch, Watched
+from zerokit.training import node_memory
 
 DEFAULT_STOP_GRACE = 15.0  # seconds; under Slurm's default KillWait (30 s)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
@@ -189,6 +192,8 @@ class Supervisor:
         self.stopped_by = ""  # the signal the deadline counts from, for messages
         self.exited: set[Rank] = set()  # the ranks whose exit was seen
         self.usage_wait: float | None = None  # until when the others may end on their own (USAGE_GRACE)
+        self.oom_kills = node_memory.oom_kills()  # the cgroup's count before any rank starts
+        self.cause: str | None = None  # the OOM killer's part in the first failure, when the kernel tells
 
     def on_signal(self, signum: int, _frame: object) -> None:
         self.received.append(signum)
@@ -249,17 +254,25 @@ class Supervisor:
             if returncode == 0 or rank.killed or self.failure is not None or self.stalled is not None:
                 continue
             self.failure = rank
+            self.cause = self._oom_cause(rank)
             others = [other for other in self.ranks if other.running()]
             if others and self.deadline is None and returncode == USAGE_EXIT_CODE:
                 self.usage_wait = time.monotonic() + USAGE_GRACE
             elif others and self.deadline is None:
                 self._stop_others(rank)
-            elif others or death_line(rank) is None:  # else the last to end: its one line follows at once
-                say(f"{rank.label} {describe_exit(returncode)}")
+            elif others or death_line(rank, self.cause) is None:  # else the last to end: its line follows at once
+                say(f"{rank.label} {self.cause or describe_exit(returncode)}")
+
+    def _oom_cause(self, rank: Rank) -> str | None:
+        """Whether the kernel's OOM killer ended rank (zerokit.launch.oom), read as soon as it ended."""
+        if rank.process.returncode not in SIGKILL_EXITS:
+            return None
+        kills_after, log, limit = node_memory.oom_kills(), node_memory.kernel_kill_records(), node_memory.memory_limit()
+        return oom_cause(rank.process.returncode, {rank.process.pid}, self.oom_kills, kills_after, log, limit)
 
     def _stop_others(self, failed: Rank) -> None:
         """A rank failed: the others get SIGTERM now, and SIGKILL after the grace."""
-        say(f"{failed.label} {describe_exit(failed.process.returncode)}; stopping the other ranks")
+        say(f"{failed.label} {self.cause or describe_exit(failed.process.returncode)}; stopping the other ranks")
         for other in self.ranks:
             if other.running():
                 other.send(signal.SIGTERM)
@@ -276,7 +289,7 @@ class Supervisor:
 
     def _report_signal_death(self) -> None:
         """Once every rank has ended: the first failed rank, when a signal killed it, and the run's outputs."""
-        line = death_line(self.failure) if self.failure is not None else None
+        line = death_line(self.failure, self.cause) if self.failure is not None else None
         if line is not None:
             say(line)
 
@@ -288,15 +301,16 @@ class Supervisor:
         return 128 + self.stop_signal if self.stop_signal is not None else 0
 
 
-def death_line(rank: Rank) -> str | None:
-    """The one line for a rank that a signal killed: rank, node, signal, and whether the run's outputs are complete.
+def death_line(rank: Rank, cause: str | None = None) -> str | None:
+    """The one line for a rank that a signal killed: rank, node, signal (or cause: the OOM killer's part, from
+    zerokit.launch.oom), and whether the run's outputs are complete.
 
     A head-node MPI launcher (mpirun, mpiexec) that exits 128+N, N a signal, names the rank and its node itself
     (`process rank 1 ... on node node2 exited on signal 6`): the line adds the outputs' state when its command
     line names the output folder. None for any other exit."""
     code = rank.process.returncode
-    if code < 0:
-        return f"{rank.label} on {socket.gethostname()} {describe_exit(code)}; {outputs_state(rank.argv)}"
+    if code < 0 or cause is not None:
+        return f"{rank.label} on {socket.gethostname()} {cause or describe_exit(code)}; {outputs_state(rank.argv)}"
     if not rank.is_rank and code - 128 in signal.valid_signals() and output_dir(rank.argv) is not None:
         return (
             f"{rank.label} exited with {code}: a rank it started was killed by {signal_name(code - 128)} "

@@ -3,6 +3,7 @@
 A library and its command, apart:
 - options.py: what a run is (TrainOptions), the defaults, the DeepSpeed config it is handed;
 - model.py and blocks.py: the tokenizer and model, the dataset cut into blocks;
+- memory_check.py: the run's memory need against the node's, before the model is built;
 - run.py: `train(options, training_flags)`, called once per rank, no command line involved;
 - cli.py: the `train` command: flags -> TrainOptions, every check that needs no torch, then the
   ranks (through `launch` for --nproc-per-node) or `train()` itself.

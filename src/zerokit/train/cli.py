@@ -52,8 +52,8 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[Tra
     options = from_namespace(TrainOptions, namespace)
     if options.nproc_per_node < 1:
         raise UserError(f"--nproc-per-node must be at least 1, got {options.nproc_per_node}")
-    if options.block_size is not None and options.block_size < 1:
-        raise UserError(f"--block-size must be at least 1, got {options.block_size}")
+    if options.block_size is not None and options.block_size < 2:  # a block of 1 token has no next token to learn
+        raise UserError(f"--block-size must be at least 2, got {options.block_size}")
     if not 0 <= options.validation_split_percentage < 100:
         percent = options.validation_split_percentage
         raise UserError(f"--validation-split-percentage must be from 0 to 99, got {percent}")

@@ -84,14 +84,58 @@ def fine_tuning(options: TrainOptions, model, args):
     return model
 
 
+def position_limit(config) -> int | None:
+    """The most positions the model embeds (GPT-2's n_positions is its max_position_embeddings), or None where
+    its config names none."""
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return limit if isinstance(limit, int) else None
+
+
+def check_block_size(block_size: int, config, said: str, fix: str) -> None:
+    """Blocks of block_size tokens fit the model's positions; else one line, `said` naming the blocks ("--block-size
+    N is") and `fix` ("{limit}" is the model's positions) how to mend it."""
+    limit = position_limit(config)
+    if limit is not None and block_size > limit:
+        raise UserError(
+            f"{said} past the model's {limit} positions (max_position_embeddings in its config): "
+            + fix.format(limit=limit)
+        )
+
+
+def check_limits(options: TrainOptions, tokenizer, config) -> None:
+    """What the config is enough to refuse before the weights load, each in one line: blocks past the model's
+    positions (--block-size, or the blocks `prepare tokenize` wrote), or a tokenizer with more tokens than the
+    model embeds (its ids would index past the embedding). A fresh config is fitted to its tokenizer, so there
+    only --config-overrides can make the embedding smaller."""
+    from zerokit.prepare.pack import read_prepared
+
+    prepared = read_prepared(Path(options.dataset).expanduser()) if options.dataset else None
+    if options.block_size:
+        said = f"--block-size {options.block_size} is"
+        check_block_size(options.block_size, config, said, "give --block-size {limit} or less")
+    elif prepared:
+        said = f"the {prepared['block_size']}-token blocks of --dataset {options.dataset} are"
+        check_block_size(prepared["block_size"], config, said, "run `prepare tokenize` again with --block-size {limit}")
+    vocab = getattr(config, "vocab_size", None)
+    if isinstance(vocab, int) and len(tokenizer) > vocab:
+        fix = (
+            "use the model's own tokenizer (drop --tokenizer), or --from-scratch to fit a new embedding to it"
+            if options.model and not options.from_scratch
+            else "drop vocab_size from --config-overrides"
+        )
+        raise UserError(
+            f"the tokenizer has {len(tokenizer)} tokens, more than the {vocab} the model embeds (vocab_size): {fix}"
+        )
+
+
 def pick_block_size(options: TrainOptions, tokenizer, model, wanted: int | None = None) -> int:
-    model_max = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", 1024)
+    """The block size: `wanted` (the prepared blocks') or --block-size, within the model's positions; else the
+    model's maximum, the tokenizer's and 1024, whichever is least."""
     wanted = wanted or options.block_size
     if wanted:
-        if wanted > model_max:
-            raise UserError(f"block size {wanted} exceeds the model's maximum {model_max}")
+        check_block_size(wanted, model.config, f"block size {wanted} is", "give --block-size {limit} or less")
         return wanted
-    return min(model_max, tokenizer.model_max_length, 1024)
+    return min(position_limit(model.config) or 1024, tokenizer.model_max_length, 1024)
 
 
 def embedded_cache_dir() -> Path:

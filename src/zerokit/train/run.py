@@ -17,13 +17,15 @@ from pathlib import Path
 from zerokit.foundations.errors import RunFailure, UserError
 from zerokit.train import pipeline
 from zerokit.train.blocks import block_length, load_datasets
-from zerokit.train.model import fine_tuning, load_model, load_tokenizer, model_config
+from zerokit.train.memory_check import check_memory
+from zerokit.train.model import check_limits, fine_tuning, load_model, load_tokenizer, model_config
 from zerokit.train.options import (
     TrainOptions,
     ds_config_argument,
     training_defaults,
 )
 from zerokit.train.tensor_parallel import check_model, check_ranks
+from zerokit.training.memory_need import count
 
 
 def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
@@ -40,11 +42,12 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     progress.start(os.environ, collectives=True, trainer_steps=True)  # launch's stall watch, when it asked for one
     warnings.filterwarnings("ignore", category=FutureWarning)
     import torch
-    from transformers import HfArgumentParser, TrainingArguments, default_data_collator, set_seed
+    from transformers import HfArgumentParser, default_data_collator, set_seed
     from transformers.trainer_utils import enable_full_determinism
 
     from zerokit.runs.preemption import BENCH_WITHOUT_VARIABLE, PreemptionCallback
     from zerokit.runs.run_record import RunRecorder
+    from zerokit.runs.secret_free import SecretFreeArguments
     from zerokit.runs.trainer import FiniteLossGuard, ZerokitTrainer
     from zerokit.training.checkpoints import check_pipeline_resume, needs_universal_load, resolve_resume
 
@@ -57,7 +60,7 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     universal = bool(resume) and stages is None and needs_universal_load(resume, world, options.tp_size)
 
     on_gpu = torch.cuda.is_available()
-    parser = HfArgumentParser(TrainingArguments, allow_abbrev=False)
+    parser = HfArgumentParser(SecretFreeArguments, allow_abbrev=False)  # training_args.bin holds no token
     parser.set_defaults(**training_defaults(options.embedded, training_flags))
     if on_gpu and torch.cuda.is_bf16_supported():
         parser.set_defaults(bf16=True)
@@ -81,7 +84,10 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     tokenizer = load_tokenizer(options)
     mark("tokenizer")
     config = model_config(options, tokenizer)
-    check_model(options.tp_size, config)  # every rank alike, before anything is written
+    check_limits(options, tokenizer, config)  # every rank alike, before anything is written or the weights load
+    check_model(options.tp_size, config)
+    parameters = check_memory(options, args, config, world, on_gpu)  # before the model is built
+    start = _start_message(options, resume, universal, config, parameters)
     record = claim_output_dir(options, resume, args.process_index)
     if args.full_determinism:
         enable_full_determinism(args.seed)
@@ -114,7 +120,9 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
         )
     )
     if stages:
-        return train_in_stages(options, args, model, tokenizer, datasets, stages, resume, callbacks, record, skipped)
+        return train_in_stages(
+            options, args, model, tokenizer, datasets, stages, resume, callbacks, record, skipped, start
+        )
 
     trainer = ZerokitTrainer(
         loss_guard=FiniteLossGuard(),
@@ -130,7 +138,7 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     if args.process_index == 0:
         for note in skipped:
             print(f"zerokit: {note}", file=sys.stderr, flush=True)
-        print(_resume_message(options, resume, universal), flush=True)
+        print(start, flush=True)
         print(layout.describe(args.per_device_train_batch_size, args.gradient_accumulation_steps), flush=True)
     try:
         return train_and_save(options, trainer, resume, preemption, datasets, record, on_gpu)
@@ -139,14 +147,14 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
         raise
 
 
-def train_in_stages(options, args, model, tokenizer, datasets, stages, resume, callbacks, record, notes) -> int:
+def train_in_stages(options, args, model, tokenizer, datasets, stages, resume, callbacks, record, notes, start) -> int:
     """--pp-size: DeepSpeed's pipeline engine instead of the Trainer (zerokit.train.pipeline_run)."""
     from zerokit.train.pipeline_run import train_pipeline
 
     if args.process_index == 0:
         for note in notes:
             print(f"zerokit: {note}", file=sys.stderr, flush=True)
-        print(_resume_message(options, resume, universal=False), flush=True)
+        print(start, flush=True)
     try:
         code = train_pipeline(options, args, model, tokenizer, datasets, stages, resume, callbacks)
     except RunFailure:
@@ -257,6 +265,14 @@ def evaluate(trainer) -> None:
     metrics["perplexity"] = math.exp(metrics["eval_loss"]) if metrics["eval_loss"] < 700 else math.inf
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
+
+
+def _start_message(options: TrainOptions, resume: Path | None, universal: bool, config, parameters: int) -> str:
+    """Where the run starts; a fresh config (--model-type, --from-scratch) also says the model it makes."""
+    line = _resume_message(options, resume, universal)
+    if options.model_type or options.from_scratch:
+        line += f" (a fresh {config.model_type} model: {count(parameters)} parameters)"
+    return line
 
 
 def _resume_message(options: TrainOptions, resume: Path | None, universal: bool) -> str:

@@ -20,6 +20,9 @@ from zerokit.foundations.errors import UserError
 # The model types DeepSpeed's AutoTP cannot split (AutoTP.supported, deepspeed/module_inject/auto_tp.py):
 # their layers are not nn.Linear (GPT-2's Conv1D) or their attention is fused in ways AutoTP does not parse.
 AUTOTP_UNSUPPORTED = frozenset({"deberta", "flaubert", "fsmt", "gpt2", "led", "longformer", "xlm", "xlnet"})
+# A small fresh Llama that AutoTP splits over 2, 4 or 8 ranks (heads and sizes divide by 8), which the refusal
+# of another type suggests: transformers' default Llama config is 6.7B parameters, more than most nodes hold.
+SMALL_LLAMA = "hidden_size=256,intermediate_size=688,num_hidden_layers=4,num_attention_heads=8,num_key_value_heads=8"
 
 
 class LayoutRefused(UserError):
@@ -99,7 +102,8 @@ def check_model_type(tp_size: int, model_type: str, *, embedded: bool = False, e
         default = " (the embedded default model is GPT-2)" if embedded else ""
         raise error(
             f"--tp-size {tp_size}: DeepSpeed's AutoTP cannot split {model_type} models{default}; "
-            "train e.g. a Llama, Mistral or Qwen2 (--model-type llama, or --model of that type)"
+            "train e.g. a Llama, Mistral or Qwen2: --model of that type, or a small fresh Llama, "
+            f'--model-type llama --config-overrides "{SMALL_LLAMA}"'
         )
 
 

@@ -372,3 +372,12 @@ def test_each_rank_that_mpiexec_starts_finds_itself_as_mpich():
 def test_bad_arguments_are_refused_with_the_fix(argv, message):
     with pytest.raises(UserError, match=message):
         make_plan(argv, {})
+
+
+def test_the_dry_run_shows_no_secret_flags_value():
+    from zerokit.launch.cli import describe
+
+    p = make_plan(["--nproc-per-node", "2", "train", "--hub_token", "hf_planted", "--max_steps", "4"], {})
+    shown = describe(p)
+    assert "hf_planted" not in shown and "--hub_token <redacted> --max_steps 4" in shown
+    assert "hf_planted" in p.commands[0].argv  # the ranks still get it

@@ -16,6 +16,7 @@ from zerokit.foundations.values import count
 
 DEVICE_MAPS = ("auto", "balanced", "sequential")
 DTYPES = ("auto", "bf16", "fp16", "fp32")
+TRUNCATE = ("left", "error")
 _MEMORY = re.compile(r"\s*(cpu|disk|mps|\d+)\s*=\s*(\d+(?:\.\d+)?\s*[KMGT]?i?B)\s*", re.IGNORECASE)
 
 
@@ -68,6 +69,13 @@ class GenerateOptions:
     max_new_tokens: int = flag(
         "--max-new-tokens", type=int, default=24, help="a row's own `max_new_tokens` field wins over it"
     )
+    truncate: str = flag(
+        "--truncate",
+        choices=TRUNCATE,
+        default="left",
+        help="a row whose prompt and new tokens pass the model's context: cut its prompt's oldest tokens and cap "
+        "its new tokens, with one warning per run (left), or refuse the run before the model loads (error)",
+    )
     temperature: float = flag("--temperature", type=float, default=0.0, help="0 means greedy")
     top_p: float = flag("--top-p", type=float, default=1.0, help=None)
     seed: int = flag("--seed", type=int, default=0, help=None)
@@ -102,7 +110,7 @@ class GenerateOptions:
 
 
 def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
-    from zerokit.commands import generate
+    from zerokit import generate
 
     return command_parser(GenerateOptions, environ, prog="generate", description=generate.__doc__)
 

@@ -1,6 +1,7 @@
 """`generate`'s run, in the order that fails soonest: flags, rows (a template's missing field), the model
-folder, the output (busy, or not this run's rows), the tokenizer (no chat template); only then the model
-loads, and the rows left are generated batch by batch, each written as it finishes."""
+folder, the output (busy, or not this run's rows), the tokenizer (no chat template), the rows against the
+model's context (its config); only then the model loads, and the rows left are generated batch by batch,
+each written as it finishes."""
 
 from __future__ import annotations
 
@@ -9,14 +10,15 @@ import signal
 import time
 from pathlib import Path
 
-from zerokit.commands.generate.engine import BatchResult, Sampling, run_batch
-from zerokit.commands.generate.loading import Placement, input_device, load_model, model_to_load
-from zerokit.commands.generate.options import GenerateOptions, parse
-from zerokit.commands.generate.prompts import Row, chat_prompts, read_rows
-from zerokit.commands.generate.ranks import Ranks, alike_on_every_rank, start
-from zerokit.commands.generate.report import Report, peak_memory
-from zerokit.commands.generate.writing import ROW_ID, FileRows, StdoutRows
 from zerokit.foundations.errors import UserError
+from zerokit.generate.context import fit_to_model
+from zerokit.generate.engine import BatchResult, Sampling, run_batch
+from zerokit.generate.loading import Placement, config_source, input_device, load_model, model_to_load
+from zerokit.generate.options import GenerateOptions, parse
+from zerokit.generate.prompts import Row, chat_prompts, read_rows
+from zerokit.generate.ranks import Ranks, alike_on_every_rank, start
+from zerokit.generate.report import Report, peak_memory
+from zerokit.generate.writing import ROW_ID, FileRows, StdoutRows
 from zerokit.training.model_source import is_path, require_model_folder, require_tokenizer_folder
 
 
@@ -80,9 +82,12 @@ def generate_rows(
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    if options.chat:
-        with alike_on_every_rank():
-            chat_prompts(pending[:1], tokenizer, model)  # no chat template: refused before the model loads
+    chats = (lambda rows: chat_prompts(rows, tokenizer, model)) if options.chat else None
+    with alike_on_every_rank():  # both refused before the model loads: no chat template, a row past the context
+        if chats:
+            chats(pending[:1])
+        source = config_source(model, options.base)
+        pending, context = fit_to_model(pending, tokenizer, source, chats, options.truncate, say=ranks.writer)
     placement = Placement.of(options)
     started = time.perf_counter()
     loaded = load_model(model, options.base, placement, ranks.tp_group)
@@ -91,8 +96,8 @@ def generate_rows(
     report.load_seconds = time.perf_counter() - started
     started = time.perf_counter()
     for batch in ranks.steps(pending, options.batch_size):
-        chats = chat_prompts(batch, tokenizer, model) if options.chat and batch else None
-        result = run_batch(loaded, tokenizer, batch, sampling, device, chats) if batch else BatchResult()
+        texts = chats(batch) if chats and batch else None
+        result = run_batch(loaded, tokenizer, batch, sampling, device, texts, context) if batch else BatchResult()
         heartbeat()
         step = ranks.gather(result)
         if ranks.writer:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from zerokit.cluster.shm_segments import release_own_segment
-from zerokit.commands.generate.options import GenerateOptions
 from zerokit.foundations.errors import UserError
+from zerokit.generate.options import GenerateOptions
 from zerokit.training.checkpoints import complete_checkpoints, damage
 from zerokit.training.model_source import is_path
 
@@ -131,10 +131,22 @@ def adapter_model(model_dir: str, base: str | None, kwargs: dict):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    return PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(adapter_base(model_dir, base), **kwargs), model_dir
+    )
+
+
+def adapter_base(model_dir: str, base: str | None) -> str:
+    """The base model of a LoRA adapter folder: --base, else the one its adapter_config.json names."""
     base = base or json.loads((Path(model_dir) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
     if not base:
         raise UserError(f"{model_dir} is a LoRA adapter that names no base model: pass --base MODEL")
-    return PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, **kwargs), model_dir)
+    return base
+
+
+def config_source(model_dir: str, base: str | None) -> str:
+    """Where the config of the model load_model builds is: the base of an adapter folder, else the folder."""
+    return adapter_base(model_dir, base) if (Path(model_dir) / ADAPTER_CONFIG).is_file() else model_dir
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from zerokit.commands.generate.options import GenerateOptions
-from zerokit.commands.generate.sources import records
 from zerokit.foundations.errors import UserError
+from zerokit.generate.options import GenerateOptions
+from zerokit.generate.sources import records
 
 ROW_LIMIT_FIELD = "max_new_tokens"  # a row's own limit on new tokens, over --max-new-tokens
 
@@ -23,6 +23,7 @@ class Row:
     prompt: str  # as filled from the template
     max_new_tokens: int
     fields: dict = field(default_factory=dict)  # the row's own fields, kept in its output row
+    prompt_tokens: int | None = None  # the prompt's last tokens kept, where cut to fit the context (context.py)
 
 
 def read_rows(options: GenerateOptions) -> list[Row]:

@@ -3,7 +3,8 @@ fields, its id, prompt, text and completion), with what the report needs (tokens
 
 A batch generates up to the largest limit among its rows; each row's completion is then cut at its own
 limit (greedy and sampled tokens before it do not depend on the tokens after), then at the first --stop
-string (which model.generate also stops on, so a batch ends once every row has met one).
+string (which model.generate also stops on, so a batch ends once every row has met one). Every row of a
+call runs that long, so a batch whose rows would then pass the model's context runs in several calls.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from zerokit.commands.generate.prompts import Row
-from zerokit.commands.generate.writing import ROW_ID
+from zerokit.generate.context import kept_ids, prompt_ids, shared_calls
+from zerokit.generate.prompts import Row
+from zerokit.generate.writing import ROW_ID
 
 
 @dataclass(frozen=True)
@@ -55,16 +57,42 @@ class FirstToken:
 
 
 def run_batch(
-    model, tokenizer, rows: list[Row], sampling: Sampling, device: str, chats: list[str] | None = None
+    model,
+    tokenizer,
+    rows: list[Row],
+    sampling: Sampling,
+    device: str,
+    chats: list[str] | None = None,
+    context: int | None = None,
 ) -> BatchResult:
     """The rows generated from their prompts, or from `chats` (their prompts in the chat template, which holds
-    its own special tokens)."""
+    its own special tokens); a prompt cut to fit the context (Row.prompt_tokens) generates from its last
+    tokens. With the model's context, a batch runs in as many generate calls as keep every row in it
+    (shared_calls); each row fits alone (context.py)."""
+    texts = chats or [row.prompt for row in rows]
+    special = set(tokenizer.all_special_ids)
+    ids = [
+        kept_ids(row_ids, row.prompt_tokens, special) if row.prompt_tokens else row_ids
+        for row, row_ids in zip(rows, prompt_ids(tokenizer, texts, templated=chats is not None), strict=True)
+    ]
+    result = BatchResult()
+    for part in shared_calls([len(row_ids) for row_ids in ids], [row.max_new_tokens for row in rows], context):
+        made = run_call(model, tokenizer, rows[part], ids[part], texts[part], sampling, device)
+        result.rows += made.rows
+        result.tokens += made.tokens
+        result.first_token_s = made.first_token_s if result.first_token_s is None else result.first_token_s
+    return result
+
+
+def run_call(
+    model, tokenizer, rows: list[Row], ids: list[list[int]], texts: list[str], sampling: Sampling, device: str
+) -> BatchResult:
+    """One model.generate call: the rows' prompt ids, left-padded, each row cut at its own limit."""
     import torch
     from transformers import set_seed
 
-    set_seed(sampling.seed + rows[0].index)  # a batch's samples depend on its rows, not on what ran before
-    texts = chats or [row.prompt for row in rows]
-    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=chats is None).to(device)
+    set_seed(sampling.seed + rows[0].index)  # a call's samples depend on its rows, not on what ran before
+    batch = {name: tensor.to(device) for name, tensor in left_padded(ids, tokenizer.pad_token_id).items()}
     streamer, started = FirstToken(), time.perf_counter()
     with torch.no_grad():
         out = model.generate(
@@ -81,11 +109,22 @@ def run_batch(
         if tokenizer.eos_token_id in new:
             new = new[: new.index(tokenizer.eos_token_id) + 1]
         result.tokens += len(new)
-        prompt_ids = batch["input_ids"][i][batch["attention_mask"][i].bool()].tolist()
-        completion = cut(decoded_after(tokenizer, prompt_ids, new), sampling.stop)
+        completion = cut(decoded_after(tokenizer, ids[i], new), sampling.stop)
         made = {ROW_ID: row.index, "prompt": row.prompt, "text": texts[i] + completion, "completion": completion}
         result.rows.append(row.fields | made)
     return result
+
+
+def left_padded(ids: list[list[int]], pad_id: int) -> dict:
+    """The prompts as one batch, padded on the left (generate continues each at the right edge), with the mask
+    that hides the padding. Built here, not by the tokenizer, because some prompts are cut (kept_ids)."""
+    import torch
+
+    width = max(map(len, ids))
+    return {
+        "input_ids": torch.tensor([[pad_id] * (width - len(row)) + row for row in ids], dtype=torch.long),
+        "attention_mask": torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in ids], dtype=torch.long),
+    }
 
 
 def decoded_after(tokenizer, prompt_ids: list[int], new: list[int]) -> str:
@@ -106,7 +145,7 @@ def generate(model_dir: str, prompts: list[str], max_new_tokens: int = 24) -> li
     """Greedy completions (prompt included) of prompts, in one process: `demo`'s samples."""
     from transformers import AutoTokenizer
 
-    from zerokit.commands.generate.loading import Placement, load_model
+    from zerokit.generate.loading import Placement, load_model
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"

@@ -1,0 +1,75 @@
+"""train's limits that the model's config is enough to refuse, before its weights load: blocks past the
+model's positions, a tokenizer larger than its embedding. A config folder without weights stands for the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zerokit.foundations.errors import UserError
+from zerokit.train.model import check_limits, model_config
+from zerokit.train.options import TrainOptions
+from zerokit.training.embedded import GPT2_SIZE, prepare_embedded
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(prepare_embedded(tmp_path_factory.mktemp("embedded"))[1])
+
+
+def config_folder(folder: Path, **config) -> str:
+    """A model folder holding only its config (no weights: the checks must not need them)."""
+    from transformers import GPT2Config
+
+    GPT2Config(**GPT2_SIZE | config).save_pretrained(folder)
+    return str(folder)
+
+
+def refusal(options: TrainOptions, tokenizer) -> str:
+    with pytest.raises(UserError) as refused:
+        check_limits(options, tokenizer, model_config(options, tokenizer))
+    return str(refused.value)
+
+
+def test_a_block_size_past_the_models_positions(tmp_path: Path, tokenizer):
+    model = config_folder(tmp_path, vocab_size=len(tokenizer))
+    assert refusal(TrainOptions(model=model, block_size=128), tokenizer) == (
+        "--block-size 128 is past the model's 64 positions (max_position_embeddings in its config): "
+        "give --block-size 64 or less"
+    )
+    check_limits(
+        TrainOptions(model=model, block_size=64), tokenizer, model_config(TrainOptions(model=model), tokenizer)
+    )
+
+
+def test_prepared_blocks_past_the_models_positions(tmp_path: Path, tokenizer):
+    model = config_folder(tmp_path / "model", vocab_size=len(tokenizer))
+    blocks = tmp_path / "blocks"
+    blocks.mkdir()
+    (blocks / "zerokit-prepared.json").write_text(json.dumps({"block_size": 128, "vocab_size": len(tokenizer)}))
+    assert refusal(TrainOptions(model=model, dataset=str(blocks)), tokenizer) == (
+        f"the 128-token blocks of --dataset {blocks} are past the model's 64 positions (max_position_embeddings in "
+        "its config): run `prepare tokenize` again with --block-size 64"
+    )
+
+
+def test_a_tokenizer_larger_than_the_pretrained_models_embedding(tmp_path: Path, tokenizer):
+    model = config_folder(tmp_path, vocab_size=100)
+    assert refusal(TrainOptions(model=model, tokenizer="tok"), tokenizer) == (
+        f"the tokenizer has {len(tokenizer)} tokens, more than the 100 the model embeds (vocab_size): use the "
+        "model's own tokenizer (drop --tokenizer), or --from-scratch to fit a new embedding to it"
+    )
+    scratch = TrainOptions(model=model, from_scratch=True)  # its config is fitted to the tokenizer
+    check_limits(scratch, tokenizer, model_config(scratch, tokenizer))
+
+
+def test_a_fresh_config_made_smaller_than_its_tokenizer(tokenizer):
+    options = TrainOptions(model_type="gpt2", config_overrides="vocab_size=100")
+    assert refusal(options, tokenizer) == (
+        f"the tokenizer has {len(tokenizer)} tokens, more than the 100 the model embeds (vocab_size): "
+        "drop vocab_size from --config-overrides"
+    )
