@@ -72,6 +72,26 @@ def test_runs_as_a_non_root_user_with_node_local_caches():
     assert entrypoints == ["/usr/local/bin/train", "/usr/local/bin/doctor", "/usr/local/bin/launch"]
 
 
+def test_the_rdma_user_space_is_there_on_purpose():
+    """NCCL's IB transport dlopens libibverbs and a device provider; the stacks list them (docs/network.md)."""
+    result = docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        IMAGE,
+        "sh",
+        "-c",
+        "command -v ibv_devinfo; ls /etc/libibverbs.d; ls /usr/lib/x86_64-linux-gnu/libibverbs/",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.split()
+    assert lines[0] == "/usr/bin/ibv_devinfo"
+    assert "mlx5.driver" in lines and "efa.driver" in lines
+    assert any(line.startswith("libmlx5-rdmav") and line.endswith(".so") for line in lines)
+    assert any(line.startswith("libefa-rdmav") and line.endswith(".so") for line in lines)
+
+
 def test_bench_runs_in_the_image_with_its_plain_script(tmp_path: Path):
     tmp_path.chmod(0o777)
     bench = ["bench", "--output", "/out/bench", "--ranks", "1", "--steps", "6", "--warmup-steps", "2"]

@@ -93,3 +93,37 @@ def test_no_job_script_has_its_own_copy_of_the_runtimes():
     scripts = [p for p in (REPO / "scripts").rglob("*") if p.is_file() and p.name != "container.sh"]
     assert scripts and all("case $CONTAINER" not in p.read_text() for p in scripts)
     assert all("container_words" in p.read_text() for p in scripts)
+
+
+PLUGIN_OPTIONS = ["--bind", "/opt/ofi/lib:/opt/zerokit/nccl-plugin", "--env", "ZEROKIT_NCCL_PLUGIN=/p/libnccl-net.so"]
+
+
+def test_a_bind_to_another_path_and_a_variable_in_each_runtimes_words():
+    """The host's NCCL plugin (zerokit.image.plugin_binds): SRC:DST binds and one variable set inside."""
+    plugin, bound = "/opt/ofi/lib:/opt/zerokit/nccl-plugin", "ZEROKIT_NCCL_PLUGIN=/p/libnccl-net.so"
+    expected = {
+        "apptainer": ["--bind", plugin, "--env", bound],
+        "singularity": ["--bind", plugin, "--env", bound],
+        "docker": ["-v", plugin, "-e", bound],
+        "podman": ["-v", plugin, "-e", bound],
+        "charliecloud": [f"--bind={plugin}", f"--set-env={bound}"],
+        "pyxis": [f"--container-mounts={plugin}", f"--export=ALL,{bound}"],
+    }
+    for name, words in expected.items():
+        plain = words_for(name, "img", ["--srun"] if name == "pyxis" else [])
+        with_plugin = words_for(name, "img", [*PLUGIN_OPTIONS, *(["--srun"] if name == "pyxis" else [])])
+        cut = len(plain) - len(RUNTIMES[name].image)  # the words naming the image come last
+        assert with_plugin == [*plain[:cut], *words, *plain[cut:]], name
+
+
+def test_the_job_scripts_helper_passes_the_plugins_options_on(tmp_path: Path):
+    """ZEROKIT_NCCL_PLUGIN naming no plugin stops the helper in one line (binding a real one: test_plugin_binds)."""
+    script = 'source scripts/container.sh && container_words /job && printf "%s\\n" "${run[@]}"'
+    env = {"PATH": "/usr/bin:/bin", "CONTAINER": "apptainer", "IMAGE": "x.sif", "ZEROKIT_DIR": str(REPO),
+           "ZEROKIT_NCCL_PLUGIN": str(tmp_path)}  # fmt: skip
+    result = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip() == (
+        f"error: ZEROKIT_NCCL_PLUGIN={tmp_path}: a folder must hold one NCCL net plugin (libnccl-net*.so), it "
+        "holds none: name the plugin's .so"
+    )

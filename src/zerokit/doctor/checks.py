@@ -18,6 +18,7 @@ from zerokit.doctor.network import check_hostname, check_interface
 from zerokit.doctor.ops import check_ops
 from zerokit.doctor.result import CheckResult, fail
 from zerokit.doctor.shadows import check_user_packages
+from zerokit.doctor.transport import check_transport
 from zerokit.doctor.versions import check_cuda_libraries, check_lock, check_packages, check_python, check_site_torch
 
 Check = Callable[[Context], list[CheckResult]]
@@ -36,6 +37,7 @@ CHECKS: tuple[Check, ...] = (
     check_limits,
     check_interface,
     check_hostname,
+    check_transport,
     check_hub,
     check_caches,
     check_launchers,

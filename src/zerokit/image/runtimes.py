@@ -4,10 +4,12 @@ Read by launch (re-entering the image on other hosts), doctor (the host environm
 Makefile (`make smoke`, `make sif`) and the job scripts, through `scripts/container.sh`, which runs this
 file with the host's python3 (standard library only):
 
-    python3 src/zerokit/image/runtimes.py argv RUNTIME IMAGE [--gpu] [--bind DIR]... [--workdir DIR] \
-        [--srun] [--as-caller]
+    python3 src/zerokit/image/runtimes.py argv RUNTIME IMAGE [--gpu] [--bind DIR | --bind SRC:DST]... \
+        [--env NAME=VALUE] [--workdir DIR] [--srun] [--as-caller]
 
-one word per line; the runtime's binary is $RUNTIME (in capitals: DOCKER=/usr/bin/docker) when set.
+one word per line; the runtime's binary is $RUNTIME (in capitals: DOCKER=/usr/bin/docker) when set. A bind
+is DIR at its own path, or SRC at DST; --env sets a variable inside (the host's NCCL net plugin:
+zerokit.image.plugin_binds gives both).
 
 Adding a runtime is one entry in RUNTIMES (and its tests).
 """
@@ -25,7 +27,7 @@ class Runtime:
     name: str
     run: tuple[str, ...]  # argv that runs a command in an image; run[0] is the runtime's binary
     gpu: tuple[str, ...]  # flags that give the container the node's GPUs
-    bind: tuple[str, ...]  # words binding {path} at the same path inside
+    bind: tuple[str, ...]  # words binding {source} at {target} inside
     workdir: tuple[str, ...]  # words making {path} the working directory inside
     passes_host_env: bool  # the host's variables reach the container unless asked otherwise
     inside: str = ""  # variable set inside the container to the image (for re-entry); "" when none is
@@ -33,6 +35,7 @@ class Runtime:
     image: tuple[str, ...] = ("{image}",)  # words naming the image, after the flags and before the command
     srun_options: bool = False  # the words are srun options (pyxis): only for `srun WORDS command`
     as_caller: tuple[str, ...] = ()  # words that run the command as the caller ({uid}, {gid}), who may have no home
+    env: tuple[str, ...] = ("--env", "{name}={value}")  # words setting {name} to {value} inside
 
     def argv(
         self,
@@ -42,8 +45,10 @@ class Runtime:
         workdir: str = "",
         as_caller: bool = False,
         environ: Mapping[str, str] = {},
+        variables: Mapping[str, str] = {},
     ) -> list[str]:
-        """The words before the command: run IMAGE with GPUS, each bind DIR at the same path, in WORKDIR.
+        """The words before the command: run IMAGE with GPUS, each bind DIR at the same path (or SRC:DST at DST),
+        with VARIABLES set inside, in WORKDIR.
 
         The binary is $NAME when ENVIRON sets it (DOCKER=/usr/bin/docker), else found on PATH by name."""
         run = (environ.get(self.name.upper()) or self.run[0], *self.run[1:]) if self.run else ()
@@ -51,7 +56,10 @@ class Runtime:
         if as_caller:
             words += [word.format(uid=os.getuid(), gid=os.getgid()) for word in self.as_caller]
         for path in binds:
-            words += [word.format(path=path) for word in self.bind]
+            source, _, target = path.partition(":")
+            words += [word.format(source=source, target=target or source) for word in self.bind]
+        for name, value in variables.items():
+            words += [word.format(name=name, value=value) for word in self.env]
         if workdir:
             words += [word.format(path=workdir) for word in self.workdir]
         return [*words, *(word.format(image=image) for word in self.image)]
@@ -59,14 +67,15 @@ class Runtime:
 
 def _apptainer(name: str) -> Runtime:
     variable = f"{name.upper()}_CONTAINER"
-    bind, workdir = ("--bind", "{path}:{path}"), ("--pwd", "{path}")
+    bind, workdir = ("--bind", "{source}:{target}"), ("--pwd", "{path}")
     return Runtime(name, (name, "exec"), ("--nv",), bind, workdir, True, variable, "USER_PATH")
 
 
 def _docker_like(name: str, gpu: tuple[str, ...]) -> Runtime:
     run = (name, "run", "--rm", "--network", "host", "--ipc", "host")
     caller = ("--user", "{uid}:{gid}", "--env", "HOME=/tmp")
-    return Runtime(name, run, gpu, ("-v", "{path}:{path}"), ("-w", "{path}"), False, as_caller=caller)
+    bind, workdir, env = ("-v", "{source}:{target}"), ("-w", "{path}"), ("-e", "{name}={value}")
+    return Runtime(name, run, gpu, bind, workdir, False, as_caller=caller, env=env)
 
 
 RUNTIMES: dict[str, Runtime] = {
@@ -77,26 +86,29 @@ RUNTIMES: dict[str, Runtime] = {
         _docker_like("docker", ("--gpus", "all")),
         _docker_like("podman", ("--device", "nvidia.com/gpu=all")),  # CDI: nvidia-ctk cdi generate, once per node
         # A directory from `ch-convert IMAGE DIR` (--set-env: the image's ENV); GPUs: `ch-fromhost --nvidia DIR`.
-        # A bound path must exist in the image (/tmp is the host's).
+        # A bound path must exist in the image (/tmp is the host's): a host NCCL plugin goes in with ch-fromhost.
         Runtime(
             "charliecloud",
             ("ch-run", "--set-env"),
             (),
-            ("--bind={path}:{path}",),
+            ("--bind={source}:{target}",),
             ("--cd={path}",),
             True,
             image=("{image}", "--"),
+            env=("--set-env={name}={value}",),
         ),
-        # enroot images through Slurm's pyxis plugin: srun's own options; the GPUs are srun's.
+        # enroot images through Slurm's pyxis plugin: srun's own options; the GPUs are srun's. srun keeps only
+        # its last --export: one variable at most (the plugin's, from which launch sets the others inside).
         Runtime(
             "pyxis",
             (),
             (),
-            ("--container-mounts={path}:{path}",),
+            ("--container-mounts={source}:{target}",),
             ("--container-workdir={path}",),
             True,
             image=("--container-image={image}",),
             srun_options=True,
+            env=("--export=ALL,{name}={value}",),
         ),
     )
 }
@@ -121,23 +133,30 @@ SWITCHES = ("--gpu", "--srun", "--as-caller")
 
 
 def words_for(name: str, image: str, options: Sequence[str], environ: Mapping[str, str] = {}) -> list[str]:
-    """`argv`'s words for the command line's RUNTIME IMAGE [--gpu] [--bind DIR]... [--workdir DIR] [--srun]
-    [--as-caller]."""
+    """`argv`'s words for the command line's RUNTIME IMAGE [--gpu] [--bind DIR | --bind SRC:DST]...
+    [--env NAME=VALUE]... [--workdir DIR] [--srun] [--as-caller]."""
     runtime = runtime_named(name)
-    switches, binds, workdir = set(), [], ""
+    switches, binds, variables, workdir = set(), [], {}, ""
     rest = list(options)
     while rest:
         flag = rest.pop(0)
         if flag in SWITCHES:
             switches.add(flag)
-        elif flag in ("--bind", "--workdir") and rest:
+        elif flag in ("--bind", "--workdir", "--env") and rest:
             value = rest.pop(0)
-            binds, workdir = ([*binds, value], workdir) if flag == "--bind" else (binds, value)
+            if flag == "--bind":
+                binds.append(value)
+            elif flag == "--env":
+                variable, _, text = value.partition("=")
+                variables[variable] = text
+            else:
+                workdir = value
         else:
             raise ValueError(f"runtimes.py: unexpected {flag!r}")
     if runtime.srun_options and "--srun" not in switches:
         raise ValueError(f"{name} runs through srun's options: use it in the Slurm job scripts, or apptainer here")
-    return runtime.argv(image, "--gpu" in switches, binds, workdir, "--as-caller" in switches, environ)
+    as_caller = "--as-caller" in switches
+    return runtime.argv(image, "--gpu" in switches, binds, workdir, as_caller, environ, variables)
 
 
 def main(argv: list[str]) -> int:

@@ -15,10 +15,12 @@ from pathlib import Path
 from zerokit.cluster.nic import interface_to
 from zerokit.foundations import startup_marks
 from zerokit.image.ds_install import read_prebuilt
+from zerokit.image.provenance import redacted_argv
 from zerokit.launch.config import LaunchConfig, parse
 from zerokit.launch.environment import check_port_free, free_port, launch_environment, refuse_hidden_job
 from zerokit.launch.execute import execute
 from zerokit.launch.job_ops import check_job_ops
+from zerokit.launch.nccl_plugin import check_nccl_plugin
 from zerokit.launch.plan import Plan, plan
 from zerokit.launch.preflight import preflight_failures, report, runs_preflight
 from zerokit.launch.program import check_commands
@@ -31,7 +33,10 @@ def describe(p: Plan) -> str:
         f"launch: {p.mode} under {p.environment}: node {p.node_rank} of {p.nnodes}, {p.nproc_per_node} rank(s) "
         f"per node, world size {p.world_size}, main {p.main_address}:{p.main_port}, interface {p.ifname or '-'}"
     ]
-    lines += [f"  {' '.join(f'{k}={v}' for k, v in sorted(c.env.items()))} {' '.join(c.argv)}" for c in p.commands]
+    lines += [
+        f"  {' '.join(f'{k}={v}' for k, v in sorted(c.env.items()))} {' '.join(redacted_argv(list(c.argv)))}"
+        for c in p.commands
+    ]
     return "\n".join(lines)
 
 
@@ -71,6 +76,7 @@ def run(config: LaunchConfig) -> int:
         check_port_free(the_plan.main_port, PORT_FIX)
     if config.preflight and runs_preflight(the_plan):
         check_job_ops(config.target, os.environ, read_prebuilt(), config.strict_ops)
+        check_nccl_plugin(config.nccl_plugin, {**os.environ, **the_plan.env})
         failures = preflight_failures(the_plan, os.environ)
         if failures:
             report(failures)

@@ -18,6 +18,7 @@ from zerokit.foundations.values import count, factor, seconds, seconds_or_zero, 
 from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckOptions
 from zerokit.launch.head import HEAD_LAUNCHERS
 from zerokit.launch.local import DEFAULT_STOP_GRACE
+from zerokit.launch.nccl_plugin import NcclPlugin, nccl_plugin
 from zerokit.launch.program import user_script_argv
 from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
 
@@ -157,6 +158,20 @@ class LaunchFlags:
         "DeepSpeed would JIT-compile on every node at start (default: a warning; with the node checks, not "
         "with --no-preflight)",
     )
+    nccl_plugin: str | None = flag(
+        "--nccl-plugin",
+        metavar="PATH",
+        help="the host's NCCL net plugin (aws-ofi-nccl, SHARP): its .so or a folder holding one libnccl-net*.so; the "
+        "ranks get NCCL_NET_PLUGIN and LD_LIBRARY_PATH, and it is checked before they start (the job scripts bind it "
+        "into the container from ZEROKIT_NCCL_PLUGIN: docs/network.md)",
+    )
+    nccl_net_strict: bool = flag(
+        "--nccl-net-strict",
+        default=False,
+        action="store_true",
+        help="with --nccl-plugin: also set NCCL_NET to the plugin's name, so NCCL fails rather than fall back to "
+        "TCP sockets",
+    )
     command: list[str] = flag("command", nargs=argparse.REMAINDER, help="train [flags] | -- any command")
 
 
@@ -183,6 +198,7 @@ class LaunchConfig:
     stall_timeout: float = DEFAULT_STALL_TIMEOUT  # seconds without progress on any rank that end the job; 0: off
     check: CheckOptions | None = None  # --check/--check-only: every rank runs the health check first
     strict_ops: bool = False  # refuse, not warn, when the job needs a DeepSpeed op that is not prebuilt
+    nccl_plugin: NcclPlugin | None = None  # the host's NCCL net plugin, for the ranks
 
     @property
     def check_only(self) -> bool:
@@ -277,4 +293,5 @@ def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
         stall_timeout=flags.stall_timeout,
         check=options if flags.check or flags.check_only else None,
         strict_ops=flags.strict_ops,
+        nccl_plugin=nccl_plugin(flags.nccl_plugin, flags.nccl_net_strict),
     )

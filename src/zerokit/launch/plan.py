@@ -29,6 +29,7 @@ from zerokit.launch.config import LaunchConfig
 from zerokit.launch.environment import deepspeed_arch_env
 from zerokit.launch.head import HEAD_LAUNCHERS, HeadJob
 from zerokit.launch.local import Command
+from zerokit.launch.nccl_plugin import forwarded, plugin_env
 from zerokit.launch.progress import TIMEOUT_VARIABLE
 from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
 
@@ -152,7 +153,7 @@ def _rank_plan(config, cluster, environ, cpu_count, interface_to) -> Plan:
     ifname = _ifname(config, main_address, interface_to)
     arch_env, note = deepspeed_arch_env(environ)
     threads = threads_per_rank(environ, cpu_count, cluster.local_world_size)
-    env = {**nic_env(ifname), "OMP_NUM_THREADS": threads, **arch_env}
+    env = {**nic_env(ifname), "OMP_NUM_THREADS": threads, **arch_env, **plugin_env(config.nccl_plugin, environ)}
     rank_env = replace(cluster.rank_env(), main_address=main_address, main_port=port).variables()
     nnodes = max(1, cluster.world_size // cluster.local_world_size)
     return Plan(
@@ -182,6 +183,7 @@ def _node_plan(
     arch_env, note = deepspeed_arch_env(environ)
     threads = threads_per_rank(environ, cpu_count, nproc)
     env = {**(nic_env(ifname) if ifname else {}), "OMP_NUM_THREADS": threads, **arch_env}
+    env |= plugin_env(config.nccl_plugin, environ)
     world_size = nnodes * nproc
     ranks = (RankEnv(node_rank * nproc + i, i, world_size, nproc, node_rank, main_address, port) for i in range(nproc))
     commands = tuple(Command(config.target, {**env, **rank.variables()}) for rank in ranks)
@@ -220,6 +222,7 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
         env[TIMEOUT_VARIABLE] = f"{config.stall_timeout:g}"
     if config.strict_ops:  # the nodes' launches run the preflight, and refuse as this one would
         env[STRICT_OPS_VARIABLE] = "1"
+    env |= forwarded(config.nccl_plugin)
     job = HeadJob(
         hosts=hosts,
         nproc_per_node=nproc,
