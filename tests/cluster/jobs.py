@@ -16,8 +16,8 @@ HostJob = Callable[[Cluster, Path, list[str], Path], list[str]]
 
 
 def python_script(script: list[str]) -> list[str]:
-    """tutorial_job's script as `script.py ARGS`, without DeepSpeed's `--module zerokit.launch.user_script`."""
-    return script[script.index("zerokit.launch.user_script") + 1 :]
+    """tutorial_job's script as `script.py ARGS`, without DeepSpeed's `--module zerokit.launch.rank.user_script`."""
+    return script[script.index("zerokit.launch.rank.user_script") + 1 :]
 
 
 def deepspeed_pdsh(_cluster: Cluster, _tmp: Path, script: list[str]) -> list[str]:

@@ -2,7 +2,7 @@
 image's `ssh`, zerokit.launch.remote_shell), over pdsh and over `--launcher openmpi`; DeepSpeed unpatched.
 node2's host has apptainer and no /opt/venv: only the image can run the ranks there. About 1 minute each.
 
-On CPU ranks the script goes through `--module zerokit.launch.user_script` (HF's CPU path starts DeepSpeed's
+On CPU ranks the script goes through `--module zerokit.launch.rank.user_script` (HF's CPU path starts DeepSpeed's
 communication after ZeRO-3 has read the world size; on GPU nodes `deepspeed ... script.py` needs nothing).
 """
 

@@ -36,8 +36,9 @@ def tutorial_job(cluster: Cluster, name: str) -> tuple[Path, list[str]]:
     (tmp / ".deepspeed_env").write_text(
         f"HF_HUB_OFFLINE=1\nHF_HOME={tmp / 'hf-home'}\nOMP_NUM_THREADS=1\nMASTER_ADDR={cluster.ips['node1']}\n"
     )
-    script = ["--module", "zerokit.launch.user_script", "tutorial_trainer.py", "--model_config", str(tmp / "config"),
-              "--tokenizer", str(tokenizer), "--train_file", str(files["train"]), "--max_steps", "12",
+    script = ["--module", "zerokit.launch.rank.user_script", "tutorial_trainer.py",
+              "--model_config", str(tmp / "config"), "--tokenizer", str(tokenizer),
+              "--train_file", str(files["train"]), "--max_steps", "12",
               "--output_dir", str(tmp / "out")]  # fmt: skip
     return tmp, script
 

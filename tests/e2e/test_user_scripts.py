@@ -1,7 +1,7 @@
 """Users' own HF and accelerate scripts, unmodified (tests/users: they import nothing of zerokit), under
 `launch` on 2 CPU ranks with ZeRO: one job of 2 ranks (each reports world size 2), loss falling. Each run about 20 s.
 
-Measured before zerokit.launch.user_script: with --deepspeed every rank failed in DeepSpeed's batch assertion;
+Measured before zerokit.launch.rank.user_script: with --deepspeed every rank failed in DeepSpeed's batch assertion;
 without --use_cpu each rank trained alone (world size 1) into the same folder.
 """
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch.multiprocessing as mp
 
-from zerokit.launch.environment import free_port
+from zerokit.launch.rank.environment import free_port
 
 STEPS = 8
 

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zerokit.launch.environment import free_port
+from zerokit.launch.rank.environment import free_port
 
 SKIPPABLE = ("configs", "startup", "data", "overhead", "preemption", "no-deepspeed", "raw")
 DATA_SCALES = (1, 10)  # corpus sizes of the data group, in copies of the corpus

@@ -76,7 +76,7 @@ def generate_rows(
     step's rows as the step ends."""
     from transformers import AutoTokenizer
 
-    from zerokit.launch.progress import heartbeat
+    from zerokit.launch.rank.progress import heartbeat
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     tokenizer.padding_side = "left"

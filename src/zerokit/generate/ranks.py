@@ -112,7 +112,7 @@ def start(tp_size: int) -> Ranks:
     import torch
     import torch.distributed as dist
 
-    from zerokit.launch import progress
+    from zerokit.launch.rank import progress
 
     progress.start(os.environ, collectives=True, trainer_steps=False)
     backend = "nccl" if torch.cuda.is_available() else "gloo"

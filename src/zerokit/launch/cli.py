@@ -17,13 +17,13 @@ from zerokit.foundations import startup_marks
 from zerokit.image.ds_install import read_prebuilt
 from zerokit.image.provenance import redacted_argv
 from zerokit.launch.config import LaunchConfig, parse
-from zerokit.launch.environment import check_port_free, free_port, launch_environment, refuse_hidden_job
 from zerokit.launch.execute import execute
 from zerokit.launch.job_ops import check_job_ops
 from zerokit.launch.nccl_plugin import check_nccl_plugin
 from zerokit.launch.plan import Plan, plan
 from zerokit.launch.preflight import preflight_failures, report, runs_preflight
 from zerokit.launch.program import check_commands
+from zerokit.launch.rank.environment import check_port_free, free_port, launch_environment, refuse_hidden_job
 
 PORT_FIX = "pass a free one with --master-port PORT (or MASTER_PORT), or set neither and launch picks one"
 

@@ -17,10 +17,10 @@ from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.foundations.values import count, factor, seconds, seconds_or_zero, tcp_port
 from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckOptions
 from zerokit.launch.head import HEAD_LAUNCHERS
-from zerokit.launch.local import DEFAULT_STOP_GRACE
 from zerokit.launch.nccl_plugin import NcclPlugin, nccl_plugin
 from zerokit.launch.program import user_script_argv
 from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
+from zerokit.launch.supervisor import DEFAULT_STOP_GRACE
 
 # Head-node launchers: start every node from here (zerokit.launch.head).
 REMOTE_LAUNCHERS = tuple(HEAD_LAUNCHERS)

@@ -9,10 +9,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from zerokit.launch.local import Command, execute_commands, output_dir
+from zerokit.launch.command import Command
 from zerokit.launch.plan import Plan
-from zerokit.launch.progress import TIMEOUT_VARIABLE
+from zerokit.launch.rank.progress import TIMEOUT_VARIABLE
 from zerokit.launch.stall import StallWatch, exec_env, timeout_words
+from zerokit.launch.supervisor import execute_commands, output_dir
 
 
 def rank_line(plan: Plan, command: Command, hostname: str, stall_timeout: float = 0.0) -> str:
@@ -35,7 +36,7 @@ def execute(plan: Plan, stop_grace: float, stall_timeout: float = 0.0) -> int:
 
     `stop_grace`: seconds between a stop signal passed on to the ranks and SIGKILL (local.py). `stall_timeout`:
     seconds without progress on any rank that end the job, 0 for never (zerokit.launch.stall); in exec mode
-    nothing supervises the rank, which watches itself (zerokit.launch.progress)."""
+    nothing supervises the rank, which watches itself (zerokit.launch.rank.progress)."""
     if plan.mode != "remote":
         hostname = socket.gethostname()
         for command in plan.commands:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.image.ds_install import Prebuilt
-from zerokit.launch.local import flag_value
+from zerokit.launch.supervisor import flag_value
 from zerokit.training.ds_configs import DEFAULT_CONFIG, resolve_ds_config
 from zerokit.training.ds_ops import ops_needed
 

@@ -10,7 +10,7 @@ zerokit.launch.execute carries it out. Three modes:
           "process rank 1 ... exited on signal 6"); it signals the rank itself and may hand it
           descriptors (Slurm's PMI_FD), so nothing of launch stays in between.
 - spawn:  this process is one node: start its K local ranks (`--nproc-per-node K`, K = 1 too: alone, or
-          one node of a pdsh launch) and supervise them (zerokit.launch.local): launch names a rank that
+          one node of a pdsh launch) and supervise them (zerokit.launch.supervisor): launch names a rank that
           a signal killed, its node, and whether the run's outputs are complete, and exits with its status.
 - remote: this is the head node: start the job on every host (zerokit.launch.head: pdsh, mpirun, mpiexec).
 """
@@ -25,12 +25,12 @@ from zerokit.cluster.nic import nic_env
 from zerokit.foundations.errors import UserError
 from zerokit.healthcheck.command import rank_argv
 from zerokit.image.runtimes import inside
+from zerokit.launch.command import Command
 from zerokit.launch.config import LaunchConfig
-from zerokit.launch.environment import deepspeed_arch_env
 from zerokit.launch.head import HEAD_LAUNCHERS, HeadJob
-from zerokit.launch.local import Command
 from zerokit.launch.nccl_plugin import forwarded, plugin_env
-from zerokit.launch.progress import TIMEOUT_VARIABLE
+from zerokit.launch.rank.environment import deepspeed_arch_env
+from zerokit.launch.rank.progress import TIMEOUT_VARIABLE
 from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
 
 # Variables the remote launches inherit from the head node (pdsh/ssh gives them a bare login

@@ -13,11 +13,12 @@ import shutil
 from collections.abc import Mapping, Sequence
 
 from zerokit.foundations.errors import UserError
-from zerokit.launch.local import Command, flag_value
+from zerokit.launch.command import Command
+from zerokit.launch.supervisor import flag_value
 
-# `launch -- python script.py`: the interpreters run as zerokit's own, through zerokit.launch.user_script.
+# `launch -- python script.py`: the interpreters run as zerokit's own, through zerokit.launch.rank.user_script.
 PYTHON_NAMES = ("python", "python3")
-USER_SCRIPT = "zerokit.launch.user_script"
+USER_SCRIPT = "zerokit.launch.rank.user_script"
 NOT_FOUND = 127
 NOT_EXECUTABLE = 126
 
@@ -31,7 +32,7 @@ class CannotRun(UserError):
 
 
 def user_script_argv(words: Sequence[str], python: str) -> tuple[str, ...] | None:
-    """`python script.py ARGS` or `script.py ARGS` as `PYTHON -m zerokit.launch.user_script script.py ARGS`.
+    """`python script.py ARGS` or `script.py ARGS` as `PYTHON -m zerokit.launch.rank.user_script script.py ARGS`.
 
     PYTHON is the interpreter zerokit runs under (the image's, inside one); None for any other command.
     A script's process group comes up before the script runs, so that HF and DeepSpeed see every rank.

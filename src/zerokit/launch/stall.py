@@ -5,13 +5,13 @@ Why (issue 28): a rank stuck outside any collective (a spinning loop, a data loa
 the others wait for it in one sat until the backend's timeout (30 minutes for gloo, HF and DeepSpeed),
 and then the rank named was a waiting one, whose collective timed out.
 
-How: each rank publishes its last progress (zerokit.launch.progress defines it: a completed collective,
+How: each rank publishes its last progress (zerokit.launch.rank.progress defines it: a completed collective,
 a Trainer step, or heartbeat()) as the time of a file in a folder launch owns (`rank-R.progress`).
 Once any rank has published, launch looks once a second at the newest; when it is `timeout` old:
 - it asks each rank for its Python stacks (progress.DUMP_SIGNAL; faulthandler writes them to
   `rank-R.stacks`), and on NVIDIA GPUs for its NCCL flight recorder's dump (the pipe PyTorch reads,
   TORCH_NCCL_DEBUG_INFO_PIPE_FILE; the dump is written to TORCH_NCCL_DEBUG_INFO_TEMP_FILE);
-- it reads each main thread's stack (zerokit.launch.stacks): a rank in a collective waits, any other
+- it reads each main thread's stack (zerokit.launch.rank.stacks): a rank in a collective waits, any other
   rank is stuck, at the innermost frame of the user's code;
 - it writes every rank's stacks into one file beside the run, `zerokit-stall-<host>-<time>.txt`: in the
   command's output folder (--output_dir) if its command line names one, else in launch's working folder
@@ -36,8 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from zerokit.launch import stacks
-from zerokit.launch.progress import (
+from zerokit.launch.rank import stacks
+from zerokit.launch.rank.progress import (
     DIR_VARIABLE,
     DUMP_SIGNAL,
     NCCL_DUMP_VARIABLE,
@@ -77,7 +77,7 @@ def nccl_env(prefix: str, environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def exec_env(timeout: float, report_folder: Path, rank: str) -> dict[str, str]:
-    """Exec mode: the variables that start the rank's own watch (zerokit.launch.progress), none when off."""
+    """Exec mode: the variables that start the rank's own watch (zerokit.launch.rank.progress), none when off."""
     if timeout <= 0:
         return {}
     stacks_file = report_folder / f"zerokit-stall-{socket.gethostname()}-rank-{rank}.txt"

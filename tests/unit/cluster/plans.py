@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from zerokit.launch.config import parse
-from zerokit.launch.environment import launch_environment
 from zerokit.launch.plan import Plan, plan
+from zerokit.launch.rank.environment import launch_environment
 
 PY = "/venv/bin/python"
 

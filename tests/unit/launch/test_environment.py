@@ -9,8 +9,8 @@ import pytest
 from zerokit.cluster import SlurmEnvironment
 from zerokit.foundations.errors import UserError
 from zerokit.launch.config import parse
-from zerokit.launch.environment import check_port_free, deepspeed_arch_env, ensure_rank_env, launch_environment
 from zerokit.launch.plan import plan
+from zerokit.launch.rank.environment import check_port_free, deepspeed_arch_env, ensure_rank_env, launch_environment
 
 SRUN = {"SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2"}
 SRUN |= {"SLURM_NODEID": "0", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1"}

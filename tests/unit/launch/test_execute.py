@@ -10,10 +10,11 @@ import socket
 import sys
 import time
 
+from zerokit.launch.command import Command
 from zerokit.launch.config import parse
 from zerokit.launch.execute import execute
-from zerokit.launch.local import Command, describe_exit, execute_commands, exit_code
 from zerokit.launch.plan import plan
+from zerokit.launch.supervisor import describe_exit, execute_commands, exit_code
 
 
 def test_every_rank_runs_with_its_variables(tmp_path):

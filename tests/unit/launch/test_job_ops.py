@@ -18,7 +18,7 @@ from zerokit.training.ds_configs import bundled
 
 PY = "/venv/bin/python"
 TRAIN = (PY, "-m", "zerokit", "train")
-SCRIPT = (PY, "-m", "zerokit.launch.user_script", "fit.py")
+SCRIPT = (PY, "-m", "zerokit.launch.rank.user_script", "fit.py")
 LION = {"optimizer": {"type": "Lion", "params": {"lr": 1e-4}}, "zero_optimization": {"stage": 2}}
 CPU_IMAGE = Prebuilt("cpu", {"cpu_adam": True, "cpu_lion": True, "fused_adam": True, "async_io": True})
 

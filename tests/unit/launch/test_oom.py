@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from zerokit.launch import local
-from zerokit.launch.local import Command, execute_commands
+from zerokit.launch import supervisor
+from zerokit.launch.command import Command
 from zerokit.launch.oom import oom_cause
+from zerokit.launch.supervisor import execute_commands
 from zerokit.training.node_memory import meminfo
 
 GiB = 2**30
@@ -36,9 +37,9 @@ def test_nothing_is_blamed_on_the_oom_killer_without_evidence():
 
 def test_launch_names_the_rank_the_oom_killer_ended(monkeypatch, capsys):
     counts = iter([0, 1])  # before the ranks start, after the rank died
-    monkeypatch.setattr(local.node_memory, "oom_kills", lambda: next(counts))
-    monkeypatch.setattr(local.node_memory, "kernel_kill_records", lambda: "")
-    monkeypatch.setattr(local.node_memory, "memory_limit", lambda: 24 * GiB)
+    monkeypatch.setattr(supervisor.node_memory, "oom_kills", lambda: next(counts))
+    monkeypatch.setattr(supervisor.node_memory, "kernel_kill_records", lambda: "")
+    monkeypatch.setattr(supervisor.node_memory, "memory_limit", lambda: 24 * GiB)
     hang = Command((sys.executable, "-c", "import time; time.sleep(60)"), {"RANK": "0", "LOCAL_RANK": "0"})
     killed = Command(("sh", "-c", "kill -KILL $$"), {"RANK": "1", "LOCAL_RANK": "1"})
     assert execute_commands([hang, killed], stop_grace=5) == 137

@@ -109,7 +109,7 @@ def test_srun_one_task_per_node_with_nproc_spawns_the_node_ranks():
     p = make_plan(["--nproc-per-node", "2", "--", "python", "run_clm.py"], environ)
     assert (p.mode, p.nnodes, p.node_rank, p.world_size, p.main_address) == ("spawn", 2, 1, 4, "gpu07")
     assert [(c.env["RANK"], c.env["LOCAL_RANK"]) for c in p.commands] == [("2", "0"), ("3", "1")]
-    assert p.commands[0].argv == ("/venv/bin/python", "-m", "zerokit.launch.user_script", "run_clm.py")
+    assert p.commands[0].argv == ("/venv/bin/python", "-m", "zerokit.launch.rank.user_script", "run_clm.py")
 
 
 def test_nproc_with_several_tasks_per_node_names_the_fix():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zerokit.launch.local import Command
+from zerokit.launch.command import Command
 from zerokit.launch.program import NOT_EXECUTABLE, NOT_FOUND, CannotRun, check_commands, check_program
 
 

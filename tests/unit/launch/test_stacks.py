@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zerokit.launch.stacks import HEADER, verdict
+from zerokit.launch.rank.stacks import HEADER, verdict
 
 SITE = "/venv/lib/python3.11/site-packages"
 WAITING_IN_DEEPSPEED = (

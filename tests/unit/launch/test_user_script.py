@@ -1,4 +1,4 @@
-"""How launch runs a user's script (zerokit.launch.program, zerokit.launch.user_script) and how the image's ssh
+"""How launch runs a user's script (zerokit.launch.program, zerokit.launch.rank.user_script) and how the image's ssh
 rewrites a launcher's remote command (zerokit.launch.remote_shell): pure functions, tables of cases."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from zerokit.foundations.errors import UserError
+from zerokit.launch.command import Command
 from zerokit.launch.config import target_argv
-from zerokit.launch.local import Command
 from zerokit.launch.program import check_batch_size, check_commands
+from zerokit.launch.rank.user_script import imported_roots, rank_variables
 from zerokit.launch.remote_shell import SSH, remote_argv, split_ssh
-from zerokit.launch.user_script import imported_roots, rank_variables
 
 PY = "/opt/venv/bin/python"
-BOOT = (PY, "-m", "zerokit.launch.user_script")
+BOOT = (PY, "-m", "zerokit.launch.rank.user_script")
 
 
 @pytest.mark.parametrize(
@@ -60,7 +60,7 @@ def test_a_fixed_batch_size_the_ranks_cannot_make_names_the_fix(tmp_path):
 
 def test_check_commands_reads_the_world_size_of_each_rank(tmp_path):
     path = write(tmp_path, {"train_batch_size": 8})
-    argv = (sys.executable, "-m", "zerokit.launch.user_script", "run.py", "--deepspeed", path)
+    argv = (sys.executable, "-m", "zerokit.launch.rank.user_script", "run.py", "--deepspeed", path)
     command = Command((*argv, "--per_device_train_batch_size", "4"), {"WORLD_SIZE": "4"})
     with pytest.raises(UserError, match="x 4 rank"):
         check_commands([command], {})

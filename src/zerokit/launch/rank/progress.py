@@ -9,10 +9,10 @@ Progress is any of:
 - a Trainer step or evaluation step (HF's Trainer and zerokit's train: every Trainer's CallbackHandler
   reports on_step_end, on_substep_end and on_prediction_step);
 - `heartbeat()`, for a script whose ranks do long work of their own with no collective between:
-  `from zerokit.launch.progress import heartbeat`, called in its loop (cheap: at most one touch a second).
+  `from zerokit.launch.rank.progress import heartbeat`, called in its loop (cheap: at most one touch a second).
 
 The watch starts with a rank's first progress: before it (imports, a model's download before the
-process group starts) nothing is watched but the rendezvous (zerokit.launch.rendezvous). After it, a
+process group starts) nothing is watched but the rendezvous (zerokit.launch.rank.rendezvous). After it, a
 phase where no rank makes progress for the stall timeout is a stall: a rank-0-only save or
 evaluation longer than that needs heartbeat() in it, or a longer --stall-timeout.
 
@@ -28,7 +28,7 @@ Two modes, chosen by the variables `launch` sets (zerokit.launch.stall):
   native code cannot run the thread (its peers still end the job).
 
 DUMP_SIGNAL is a real-time signal, not SIGUSR2: launch passes SIGUSR1/SIGUSR2 on to the ranks as a
-scheduler's warning (zerokit.launch.local), and scripts use them; a real-time signal is free.
+scheduler's warning (zerokit.launch.supervisor), and scripts use them; a real-time signal is free.
 faulthandler writes from its C signal handler, so a main thread stuck in native code (a gloo or NCCL
 wait) still gives its Python stack.
 """
@@ -51,7 +51,7 @@ from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from zerokit.launch import rendezvous, stacks
+from zerokit.launch.rank import rendezvous, stacks
 
 DUMP_SIGNAL = signal.SIGRTMIN + 2
 STALL_EXIT_CODE = 124  # as timeout(1)
@@ -109,7 +109,7 @@ def start(environ: MutableMapping[str, str], collectives: bool, trainer_steps: b
     """Start this rank's watch when launch asked for one (ZEROKIT_STALL_TIMEOUT > 0); else do nothing.
 
     `collectives`: wrap torch.distributed (imports it); `trainer_steps`: report the Trainer's steps (imports
-    transformers). Called by the bootstraps (zerokit.launch.user_script, zerokit.train.run) before the work.
+    transformers). Called by the bootstraps (zerokit.launch.rank.user_script, zerokit.train.run) before the work.
     """
     global _state
     try:
@@ -166,7 +166,7 @@ def _beating(function: Callable[..., Any]) -> Callable[..., Any]:
 
 def wrap_collectives(dist: Any) -> None:
     """Each collective of `dist` (torch.distributed) reports progress when it returns; init_process_group
-    first waits for the peers, bounded (zerokit.launch.rendezvous)."""
+    first waits for the peers, bounded (zerokit.launch.rank.rendezvous)."""
     for name in COLLECTIVES:
         if callable(getattr(dist, name, None)):
             setattr(dist, name, _beating(getattr(dist, name)))

@@ -9,7 +9,7 @@ the waits in WAIT_FRAMES) waits; any other rank is the one the others wait for, 
 frame of the user's own code says where it is.
 
 The text is faulthandler's (Python 3.11, `dump_traceback(all_threads=True)`), after the header line
-that zerokit.launch.progress writes first (HEADER), which gives the main thread's id:
+that zerokit.launch.rank.progress writes first (HEADER), which gives the main thread's id:
 
     # zerokit rank 1 pid 4242 host node3 main thread 0x00007f...
     Thread 0x00007f... (most recent call first):
@@ -31,7 +31,7 @@ _FRAME = re.compile(r'^\s+File "(.*)", line (\S+) in (.*)$')
 # Frames of a collective or of its wait (path fragments, '/' separated).
 COLLECTIVE_PATHS = ("/torch/distributed/", "/deepspeed/comm/")
 # Other waits for the peers: (path fragment, function). zerokit's own rendezvous waits for missing ranks.
-WAIT_FRAMES = (("/torch/cuda/", "synchronize"), ("/zerokit/launch/rendezvous.py", "wait_for_peers"))
+WAIT_FRAMES = (("/torch/cuda/", "synchronize"), ("/zerokit/launch/rank/rendezvous.py", "wait_for_peers"))
 # Wrappers around a collective, not its name.
 _WRAPPER_NAMES = ("wrapper", "inner", "log_wrapper", "wait", "beating")
 # Library code: the innermost frame outside these is the user's.

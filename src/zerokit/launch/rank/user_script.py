@@ -2,8 +2,8 @@
 script.py` would run it (`sys.argv`, `__main__`, `__file__`, the script's folder first on `sys.path`).
 
 `launch ... -- python script.py ARGS` (or `launch ... script.py ARGS`) runs each rank as
-`python -m zerokit.launch.user_script script.py ARGS`; DeepSpeed's launcher can run it too:
-`deepspeed --hostfile H --module zerokit.launch.user_script script.py ARGS`.
+`python -m zerokit.launch.rank.user_script script.py ARGS`; DeepSpeed's launcher can run it too:
+`deepspeed --hostfile H --module zerokit.launch.rank.user_script script.py ARGS`.
 
 Why, measured with transformers 5.23, accelerate 1.15, DeepSpeed 0.19.8 on CPU ranks:
 - without `--use_cpu` (a script written for GPU nodes), accelerate sets up no process group on a
@@ -23,7 +23,7 @@ the ranks, or the rank stops at once: never N lone trainings.
 Only a script that imports transformers, accelerate or deepspeed is set up so; any other (a plain torch
 script that calls init_process_group itself) runs as it is, with the rank's variables.
 
-Under launch's stall watch (zerokit.launch.progress) the rank first reports its progress: a script that
+Under launch's stall watch (zerokit.launch.rank.progress) the rank first reports its progress: a script that
 imports torch (or one of the above) has its torch.distributed collectives and start-up rendezvous watched,
 an HF one its Trainer's steps; and it gives its stacks when launch asks.
 """
@@ -42,10 +42,10 @@ from zerokit.cluster import detect_environment
 from zerokit.cluster.shm_segments import release_own_segment
 from zerokit.foundations.errors import OneLineError, UserError
 from zerokit.foundations.process_end import end_process, exit_status
-from zerokit.launch import progress
+from zerokit.launch.rank import progress
 
 HF_MODULES = ("transformers", "accelerate", "deepspeed")
-USAGE = "usage: python -m zerokit.launch.user_script SCRIPT.py [ARGS]"
+USAGE = "usage: python -m zerokit.launch.rank.user_script SCRIPT.py [ARGS]"
 
 
 def imported_roots(source: str) -> set[str]:

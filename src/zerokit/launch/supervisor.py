@@ -40,13 +40,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from zerokit.cluster.shm_segments import remove_segments
 from zerokit.foundations.errors import UserError
+from zerokit.launch.command import Command
 from zerokit.launch.oom import SIGKILL_EXITS, oom_cause
-from zerokit.launch.progress import STALL_EXIT_CODE
+from zerokit.launch.rank.progress import STALL_EXIT_CODE
 from zerokit.launch.stall import StallWatch, Watched
 from zerokit.training import node_memory
 
@@ -68,12 +68,6 @@ FINAL_MODEL_FILES = (
     "pytorch_model.bin",
     "adapter_model.safetensors",
 )
-
-
-@dataclass(frozen=True)
-class Command:
-    argv: tuple[str, ...]
-    env: dict[str, str]  # variables set on top of the parent's environment
 
 
 def exit_code(returncode: int) -> int:
