@@ -15,7 +15,7 @@ from tests.conftest import run_zerokit
 from zerokit.__main__ import COMMANDS, RANK_PROGRAM_PARSERS
 from zerokit.foundations import values
 from zerokit.foundations.errors import UserError
-from zerokit.foundations.flags import flag_fields, from_namespace, options_of, variables
+from zerokit.foundations.flags import flag_actions, flag_fields, from_namespace, options_of, variables
 from zerokit.generate import options as generate_options
 from zerokit.launch import config as launch_config
 from zerokit.launch.config import parse as launch_parse
@@ -126,7 +126,7 @@ def flag_name(field: dataclasses.Field) -> str:
 
 def sample(field: dataclasses.Field, action: argparse.Action) -> tuple[str, object]:
     """A valid text of the flag's variable, and its value in the options."""
-    repeatable = isinstance(action, argparse._AppendAction)
+    repeatable = field.metadata["argparse"].get("action") == "append"
     if action.nargs == 0:  # a switch: 1/true/yes/on
         return "yes", action.const
     if action.choices is not None:
@@ -140,7 +140,7 @@ def parsed(build: Callable, field: dataclasses.Field | None, environ: Mapping[st
     """The options of the parser build makes, given only what it requires (besides field, set by environ)."""
     parser = build(environ)
     flags, positionals = [], []
-    for action in parser._actions:
+    for action in flag_actions(parser).values():
         if action.required and (field is None or action.dest != field.name):
             flags += [action.option_strings[0], "x"] if action.option_strings else []
             positionals += [] if action.option_strings else ["x"]
@@ -158,7 +158,7 @@ def test_every_command_with_flags_names_its_parsers():
     ids=[f"{command} {options_of(build({})).__name__} {flag_name(f)}" for command, build, f in every_flag()],
 )
 def test_every_flag_reads_its_variable_or_says_why_not(command, build, field):
-    action = next(a for a in build({})._actions if a.dest == field.name)
+    action = flag_actions(build({}))[field.name]
     default = field.metadata["default"]
     if field.metadata["positional"]:
         assert not variables(field)  # an argument, not a flag: never from the environment

@@ -19,7 +19,7 @@ from zerokit.training.corpus import SAMPLE_PROMPTS
 
 
 @dataclass(frozen=True)
-class DemoOptions:
+class DemoFlags:
     """`demo`'s flags, each defined once here (zerokit.foundations.flags)."""
 
     output: Path = flag("--output", type=Path, default=Path("runs/demo"), help=None)
@@ -32,10 +32,10 @@ class DemoOptions:
 
 
 def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
-    return command_parser(DemoOptions, environ, prog="demo", description=__doc__)
+    return command_parser(DemoFlags, environ, prog="demo", description=__doc__)
 
 
-def train_argv(args: DemoOptions) -> list[str]:
+def train_argv(args: DemoFlags) -> list[str]:
     argv = [
         "--config",
         args.config,
@@ -62,7 +62,7 @@ def first_eval_perplexity(output: Path) -> float:
 
 
 def main(argv: list[str]) -> int:
-    args = from_namespace(DemoOptions, build_parser().parse_args(argv))
+    args = from_namespace(DemoFlags, build_parser().parse_args(argv))
     from zerokit.train.cli import main as train_main
 
     code = train_main(train_argv(args))

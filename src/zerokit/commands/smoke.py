@@ -325,7 +325,7 @@ def smoke(device: str, output: Path, stack: str = DEFAULT_STACK, environ: Mappin
 
 
 @dataclass(frozen=True)
-class SmokeOptions:
+class SmokeFlags:
     """`smoke`'s flags, each defined once here (zerokit.foundations.flags)."""
 
     device: str = flag("--device", choices=tuple(DEVICES), default="gpu", help="gpu (default) or cpu (2 ranks)")
@@ -335,12 +335,12 @@ class SmokeOptions:
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     return command_parser(
-        SmokeOptions, environ, prog="smoke", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+        SmokeFlags, environ, prog="smoke", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
 
 
 def main(argv: list[str]) -> int:
-    args = from_namespace(SmokeOptions, build_parser(os.environ).parse_args(argv))
+    args = from_namespace(SmokeFlags, build_parser(os.environ).parse_args(argv))
     report = smoke(args.device, args.output, args.stack or environment_stack(os.environ))
     print((args.output / "smoke-report.md").read_text())
     return 0 if report["passed"] else 1

@@ -64,7 +64,7 @@ def checkpoint_to_convert(path: Path) -> Path:
 
 
 @dataclass(frozen=True)
-class UniversalOptions:
+class UniversalFlags:
     """`universal`'s arguments, each defined once here (zerokit.foundations.flags)."""
 
     checkpoint: Path = flag(
@@ -73,11 +73,11 @@ class UniversalOptions:
 
 
 def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
-    return command_parser(UniversalOptions, environ, prog="zerokit universal", description=__doc__.splitlines()[0])
+    return command_parser(UniversalFlags, environ, prog="zerokit universal", description=__doc__.splitlines()[0])
 
 
 def main(argv: list[str]) -> int:
-    args = from_namespace(UniversalOptions, build_parser().parse_args(argv))
+    args = from_namespace(UniversalFlags, build_parser().parse_args(argv))
     target = convert(checkpoint_to_convert(args.checkpoint))
     print(f"universal: {target} written; `train --resume auto` (or a path) now loads it with any rank count")
     return 0

@@ -22,7 +22,7 @@ STYLES = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
 
 @dataclass(frozen=True)
-class Options:
+class DoctorConfig:
     context: Context
     json: bool
     strict: str | None  # None, "fail" or "warn": the lowest status that makes the exit code 1
@@ -32,7 +32,7 @@ class Options:
 
 @dataclass(frozen=True)
 class DoctorFlags:
-    """`doctor`'s flags, each defined once here (zerokit.foundations.flags); `parse` makes the Options."""
+    """`doctor`'s flags, each defined once here (zerokit.foundations.flags); `parse` makes the DoctorConfig."""
 
     stack: str | None = flag(
         "--stack",
@@ -94,7 +94,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     )
 
 
-def parse(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
+def parse(argv: Sequence[str], environ: Mapping[str, str]) -> DoctorConfig:
     flags = from_namespace(DoctorFlags, build_parser(environ).parse_args(argv))
     context = Context(
         stack=load_stack(flags.stack or environment_stack(environ)),
@@ -105,7 +105,7 @@ def parse(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         ifname=flags.ifname,
         multi_node=flags.multi_node,
     )
-    return Options(
+    return DoctorConfig(
         context=context, json=flags.json, strict=flags.strict, skip=frozenset(flags.skip), against=flags.against
     )
 

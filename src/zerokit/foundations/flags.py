@@ -7,14 +7,15 @@ constructor). A name without a leading dash is a positional; a command with subc
 tokenize`) has one options dataclass for each.
 
 Every command also reads each of its flags from `ZEROKIT_<FLAG>` (`--output-dir` from
-ZEROKIT_OUTPUT_DIR, `--no-preflight` from ZEROKIT_NO_PREFLIGHT): `environ_defaults`, called on
-every parser. The command line wins. A switch takes 1/true/yes/on or 0/false/no/off; a repeatable
-flag comma-separated values; any other value goes through the flag's one value parser, whether it
-came from the command line or the variable: its argparse `type`, or its `check`
-(zerokit.foundations.values), which names both in one line ("--stop-grace (ZEROKIT_STOP_GRACE)=...").
-A value of the wrong kind fails in one line naming the variable. A flag can opt out (`env=False`)
-where the same variable means something to another command (train's --nproc-per-node would
-re-read launch's ZEROKIT_NPROC_PER_NODE in every rank); positionals are never read from it.
+ZEROKIT_OUTPUT_DIR, `--no-preflight` from ZEROKIT_NO_PREFLIGHT): `environ_defaults`, called by
+`add_flags` on the actions it made (argparse's own list of actions is private and not read). The command
+line wins. A switch takes 1/true/yes/on or 0/false/no/off; a repeatable flag comma-separated values; any
+other value goes through the flag's one value parser, whether it came from the command line or the
+variable: its argparse `type`, or its `check` (zerokit.foundations.values), which names both in one line
+("--stop-grace (ZEROKIT_STOP_GRACE)=..."). A value of the wrong kind fails in one line naming the variable.
+A flag can opt out (`env=False`) where the same variable means something to another command (train's
+--nproc-per-node would re-read launch's ZEROKIT_NPROC_PER_NODE in every rank); positionals are never read
+from it.
 """
 
 from __future__ import annotations
@@ -28,10 +29,8 @@ from zerokit.foundations.errors import UserError
 
 T = TypeVar("T")
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
-NOT_FROM_ENV = "zerokit_not_from_env"  # set on an argparse action that opted out
-ALSO_FROM = "zerokit_also_from"  # variables an action reads after its ZEROKIT_<FLAG>
-CHECKED = "zerokit_checked"  # its text is parsed by the flag's check, after argparse
 OPTIONS_OF = "zerokit_options"  # set on a command's parser: the options dataclass it was made from
+ACTIONS = "zerokit_actions"  # set on a parser: {field name: the argparse action of its flag}, as add_flags made them
 EPILOG = "Every flag can also be set as ZEROKIT_<FLAG> (e.g. --foo-bar: ZEROKIT_FOO_BAR)."
 
 
@@ -109,8 +108,19 @@ def options_of(parser: argparse.ArgumentParser) -> type:
     return getattr(parser, OPTIONS_OF)
 
 
+def flag_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """{field name: its argparse action} of every flag add_flags put on parser (argparse keeps its own list private)."""
+    return dict(getattr(parser, ACTIONS, {}))
+
+
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every flag spelling parser accepts: its flags' and --help's."""
+    return ["-h", "--help", *(name for action in flag_actions(parser).values() for name in action.option_strings)]
+
+
 def add_flags(parser: argparse.ArgumentParser, options: type, environ: Mapping[str, str]) -> None:
     """Add the flags of an options dataclass to parser, then their ZEROKIT_<FLAG> defaults."""
+    added = []
     for field in flag_fields(options):
         meta = field.metadata
         default = list(meta["default"]) if isinstance(meta["default"], list) else meta["default"]
@@ -118,11 +128,13 @@ def add_flags(parser: argparse.ArgumentParser, options: type, environ: Mapping[s
             names, extra = (field.name,), {"metavar": meta["names"][0]} if meta["names"][0] != field.name else {}
         else:
             names, extra = meta["names"], {"dest": field.name}
-        action = parser.add_argument(*names, default=default, help=meta["help"], **extra, **meta["argparse"])
-        setattr(action, NOT_FROM_ENV, not meta["env"])
-        setattr(action, ALSO_FROM, meta["also_env"])
-        setattr(action, CHECKED, meta["check"] is not None)
-    environ_defaults(parser, environ)
+        added.append(
+            (field, parser.add_argument(*names, default=default, help=meta["help"], **extra, **meta["argparse"]))
+        )
+    setattr(parser, ACTIONS, {**getattr(parser, ACTIONS, {}), **{field.name: action for field, action in added}})
+    environ_defaults(added, environ)
+    if parser.epilog is None:
+        parser.epilog = EPILOG
 
 
 def from_namespace(options: type[T], namespace: argparse.Namespace) -> T:
@@ -138,39 +150,29 @@ def from_namespace(options: type[T], namespace: argparse.Namespace) -> T:
     return options(**values)
 
 
-def variable(action: argparse.Action) -> str | None:
-    long = next((o for o in action.option_strings if o.startswith("--")), None)
-    return zerokit_variable(long) if long else None
+def environ_defaults(added: list[tuple[dataclasses.Field, argparse.Action]], environ: Mapping[str, str]) -> None:
+    """Each flag (field and the action made for it) takes its default from the first of its variables that is set
+    (ZEROKIT_<FLAG>, then its also_env; none for a flag that opted out or a positional)."""
+    for field, action in added:
+        name = next((n for n in variables(field) if n in environ), None)
+        if name is not None:
+            action.default = env_value(field, action, name, environ[name])
+            action.required = False
 
 
-def environ_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
-    """Each optional flag of parser takes its default from ZEROKIT_<FLAG> (else its also_env) when that is set."""
-    for action in parser._actions:
-        name = variable(action)
-        if name is None or action.dest == "help" or getattr(action, NOT_FROM_ENV, False):
-            continue
-        name = next((n for n in (name, *getattr(action, ALSO_FROM, ())) if n in environ), None)
-        if name is None:
-            continue
-        action.default = env_value(action, name, environ[name])
-        action.required = False
-    if parser.epilog is None:
-        parser.epilog = EPILOG
+def env_value(field: dataclasses.Field, action: argparse.Action, name: str, text: str) -> Any:
+    if field.metadata["argparse"].get("action") == "append":  # a repeatable flag: comma-separated values
+        return [single_value(field, action, name, part) for part in text.split(",") if part]
+    return single_value(field, action, name, text)
 
 
-def env_value(action: argparse.Action, name: str, text: str) -> Any:
-    if isinstance(action, argparse._AppendAction):  # a repeatable flag: comma-separated values
-        return [single_value(action, name, part) for part in text.split(",") if part]
-    return single_value(action, name, text)
-
-
-def single_value(action: argparse.Action, name: str, text: str) -> Any:
+def single_value(field: dataclasses.Field, action: argparse.Action, name: str, text: str) -> Any:
     if action.nargs == 0:  # a switch: store_true / store_false
         value = text.strip().lower()
         if value not in TRUE + FALSE:
             raise UserError(f"{name}={text!r}: give 1 or 0 (true or false)")
         return (value in TRUE) == (action.const is True)
-    if getattr(action, CHECKED, False):  # the flag's check parses it, as it does the flag's text
+    if field.metadata["check"] is not None:  # the flag's check parses it, as it does the flag's text
         return text
     try:
         value = action.type(text) if callable(action.type) else text

@@ -14,7 +14,7 @@ from zerokit.foundations.errors import UserError
 from zerokit.generate.context import fit_to_model
 from zerokit.generate.engine import BatchResult, Sampling, run_batch
 from zerokit.generate.loading import Placement, config_source, input_device, load_model, model_to_load
-from zerokit.generate.options import GenerateOptions, parse
+from zerokit.generate.options import GenerateFlags, parse
 from zerokit.generate.prompts import Row, chat_prompts, read_rows
 from zerokit.generate.ranks import Ranks, alike_on_every_rank, start
 from zerokit.generate.report import Report, peak_memory
@@ -70,7 +70,7 @@ def run(argv: list[str]) -> int:
 
 
 def generate_rows(
-    options: GenerateOptions, model: str, pending: list[Row], ranks: Ranks, sink: list, report: Report
+    options: GenerateFlags, model: str, pending: list[Row], ranks: Ranks, sink: list, report: Report
 ) -> None:
     """Load the tokenizer and model, then generate this rank's share of the pending rows; rank 0 writes every
     step's rows as the step ends."""
@@ -120,7 +120,7 @@ def check_done(done: dict[int, dict], rows: list[Row], where: str) -> None:
             )
 
 
-def check_device_map(options: GenerateOptions) -> None:
+def check_device_map(options: GenerateFlags) -> None:
     """--device-map spreads one model over the node's GPUs: two ranks on a node would each take them all."""
     if not options.device_map or int(os.environ.get("LOCAL_WORLD_SIZE", "1")) < 2:
         return

@@ -15,7 +15,7 @@ from typing import Any
 
 from zerokit.cluster.shm_segments import release_own_segment
 from zerokit.foundations.errors import UserError
-from zerokit.generate.options import GenerateOptions
+from zerokit.generate.options import GenerateFlags
 from zerokit.training.checkpoints import complete_checkpoints, damage
 from zerokit.training.model_source import is_path
 
@@ -66,7 +66,7 @@ class Placement:
     tp_size: int = 1
 
     @classmethod
-    def of(cls, options: GenerateOptions) -> Placement:
+    def of(cls, options: GenerateFlags) -> Placement:
         return cls(options.dtype, options.device_map, options.max_memory, options.offload_folder, options.tp_size)
 
     def torch_dtype(self):

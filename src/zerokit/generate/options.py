@@ -1,4 +1,4 @@
-"""`generate`'s flags, each defined once in GenerateOptions (zerokit.foundations.flags), and the checks of
+"""`generate`'s flags, each defined once in GenerateFlags (zerokit.foundations.flags), and the checks of
 their combinations, all made before anything loads."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def max_memory(name: str, text: str) -> dict[int | str, str]:
 
 
 @dataclass(frozen=True)
-class GenerateOptions:
+class GenerateFlags:
     """`generate`'s flags, each defined once here (zerokit.foundations.flags)."""
 
     model: str = flag("model", help="a folder written by train (a model, or a LoRA adapter), or a Hub id")
@@ -112,12 +112,12 @@ class GenerateOptions:
 def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
     from zerokit import generate
 
-    return command_parser(GenerateOptions, environ, prog="generate", description=generate.__doc__)
+    return command_parser(GenerateFlags, environ, prog="generate", description=generate.__doc__)
 
 
-def parse(argv: list[str]) -> GenerateOptions:
+def parse(argv: list[str]) -> GenerateFlags:
     """The options, their combinations checked (each refusal one line)."""
-    options = from_namespace(GenerateOptions, build_parser().parse_args(argv))
+    options = from_namespace(GenerateFlags, build_parser().parse_args(argv))
     if options.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {options.batch_size}")
     if options.max_new_tokens < 1:

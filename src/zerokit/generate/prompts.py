@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 
 from zerokit.foundations.errors import UserError
-from zerokit.generate.options import GenerateOptions
+from zerokit.generate.options import GenerateFlags
 from zerokit.generate.sources import records
 
 ROW_LIMIT_FIELD = "max_new_tokens"  # a row's own limit on new tokens, over --max-new-tokens
@@ -26,7 +26,7 @@ class Row:
     prompt_tokens: int | None = None  # the prompt's last tokens kept, where cut to fit the context (context.py)
 
 
-def read_rows(options: GenerateOptions) -> list[Row]:
+def read_rows(options: GenerateFlags) -> list[Row]:
     """Every row (or --sample N of them, in input order), templates filled."""
     from zerokit.prepare.pack import decode_escapes
 
@@ -65,7 +65,7 @@ def fill(template: str, row: dict, where: str) -> str:
         raise UserError(f"{where}: no field {error} for the template; the row has {', '.join(row)}") from None
 
 
-def row_limit(row: dict, where: str, options: GenerateOptions) -> int:
+def row_limit(row: dict, where: str, options: GenerateFlags) -> int:
     """The row's own `max_new_tokens` field if it has one, else --max-new-tokens."""
     value = row.get(ROW_LIMIT_FIELD)
     if value is None or value == "":

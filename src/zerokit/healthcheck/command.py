@@ -16,7 +16,7 @@ MODULE = "zerokit.healthcheck"
 
 
 @dataclass(frozen=True)
-class CheckOptions:
+class CheckConfig:
     timeout: float = DEFAULT_TIMEOUT
     slow_factor: float = DEFAULT_SLOW_FACTOR
     as_json: bool = False
@@ -24,7 +24,7 @@ class CheckOptions:
     target: tuple[str, ...] = ()  # run after a passing check; empty: --check-only
 
 
-def rank_argv(python: str, options: CheckOptions) -> tuple[str, ...]:
+def rank_argv(python: str, options: CheckConfig) -> tuple[str, ...]:
     """What each rank runs: the check, then (through exec) the target."""
     argv = [python, "-m", MODULE, "--timeout", f"{options.timeout:g}", "--slow-factor", f"{options.slow_factor:g}"]
     if options.as_json:
@@ -54,12 +54,12 @@ def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentPa
     return command_parser(RankFlags, environ, prog=f"python -m {MODULE}", epilog=argparse.SUPPRESS)
 
 
-def parse_options(argv: Sequence[str]) -> CheckOptions:
+def parse_options(argv: Sequence[str]) -> CheckConfig:
     flags = from_namespace(RankFlags, build_parser().parse_args(list(argv)))
     target = list(flags.target)
     if target and target[0] == "--":
         target = target[1:]
-    return CheckOptions(
+    return CheckConfig(
         timeout=flags.timeout,
         slow_factor=flags.slow_factor,
         as_json=flags.json,

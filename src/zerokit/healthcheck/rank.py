@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from zerokit.foundations.errors import UserError
 from zerokit.healthcheck import report
-from zerokit.healthcheck.command import CheckOptions, parse_options
+from zerokit.healthcheck.command import CheckConfig, parse_options
 from zerokit.healthcheck.facts import node_facts
 from zerokit.healthcheck.links import measure_links, merge
 from zerokit.healthcheck.rendezvous import CheckFailed, meet
@@ -59,7 +59,7 @@ def rank_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: environ[name] for name in (*RANK_VARIABLES, "LOCAL_WORLD_SIZE")}
 
 
-def check(options: CheckOptions, environ: Mapping[str, str], watchdog: Watchdog) -> bool:
+def check(options: CheckConfig, environ: Mapping[str, str], watchdog: Watchdog) -> bool:
     """The whole check on this rank; True when it passed (every rank returns the same)."""
     import torch
     import torch.distributed as dist

@@ -15,7 +15,7 @@ from zerokit.cluster.detect import NAMES as SCHEDULERS
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.foundations.values import count, factor, seconds, seconds_or_zero, tcp_port
-from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckOptions
+from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckConfig
 from zerokit.launch.head import HEAD_LAUNCHERS
 from zerokit.launch.nccl_plugin import NcclPlugin, nccl_plugin
 from zerokit.launch.program import user_script_argv
@@ -196,7 +196,7 @@ class LaunchConfig:
     preflight: bool
     stop_grace: float  # seconds between passing a stop signal on to the ranks and killing them
     stall_timeout: float = DEFAULT_STALL_TIMEOUT  # seconds without progress on any rank that end the job; 0: off
-    check: CheckOptions | None = None  # --check/--check-only: every rank runs the health check first
+    check: CheckConfig | None = None  # --check/--check-only: every rank runs the health check first
     strict_ops: bool = False  # refuse, not warn, when the job needs a DeepSpeed op that is not prebuilt
     nccl_plugin: NcclPlugin | None = None  # the host's NCCL net plugin, for the ranks
 
@@ -270,7 +270,7 @@ def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
     target = () if flags.check_only and not flags.command else target_argv(flags.command, python)
     if flags.check_only and target:
         raise UserError("--check-only runs no command: drop the command, or use --check to run it after the check")
-    options = CheckOptions(
+    options = CheckConfig(
         timeout=flags.check_timeout, slow_factor=flags.check_slow_factor, as_json=flags.json, target=target
     )
     return LaunchConfig(

@@ -22,7 +22,7 @@ from zerokit.foundations.flags import command_parser, flag, from_namespace
 
 
 @dataclass(frozen=True)
-class StageOptions:
+class StageFlags:
     """`prepare`'s flags (staging), each defined once here (zerokit.foundations.flags)."""
 
     model: str | None = flag("--model", help="Hub model id: weights, config and tokenizer files")
@@ -47,7 +47,7 @@ class StageOptions:
 
 
 @dataclass(frozen=True)
-class TokenizeOptions:
+class TokenizeFlags:
     """`prepare tokenize`'s flags, each defined once here (zerokit.foundations.flags)."""
 
     source: str = flag(
@@ -74,20 +74,20 @@ class TokenizeOptions:
 
 def stage_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
     return command_parser(
-        StageOptions, environ, prog="prepare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        StageFlags, environ, prog="prepare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
 
 
 def tokenize_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
     return command_parser(
-        TokenizeOptions, environ, prog="prepare tokenize", description="Tokenize once into fixed-length blocks."
+        TokenizeFlags, environ, prog="prepare tokenize", description="Tokenize once into fixed-length blocks."
     )
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["tokenize"]:
         return tokenize_main(argv[1:])
-    args = from_namespace(StageOptions, stage_parser().parse_args(argv))
+    args = from_namespace(StageFlags, stage_parser().parse_args(argv))
     if not (args.model or args.dataset or args.tokenizer or args.metric):
         raise UserError(
             "nothing to stage: pass --model, --dataset, --tokenizer or --metric NAME (or `prepare tokenize ...`)"
@@ -110,7 +110,7 @@ def main(argv: list[str]) -> int:
 
 
 def tokenize_main(argv: list[str]) -> int:
-    args = from_namespace(TokenizeOptions, tokenize_parser().parse_args(argv))
+    args = from_namespace(TokenizeFlags, tokenize_parser().parse_args(argv))
     if args.block_size is not None and args.block_size < 1:
         raise UserError(f"--block-size must be positive, got {args.block_size}")
     if args.num_proc < 1:

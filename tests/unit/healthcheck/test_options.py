@@ -6,7 +6,7 @@ import pytest
 
 from zerokit.cluster import detect_environment
 from zerokit.foundations.errors import UserError
-from zerokit.healthcheck.command import CheckOptions, parse_options, rank_argv
+from zerokit.healthcheck.command import CheckConfig, parse_options, rank_argv
 from zerokit.healthcheck.rendezvous import missing_line
 from zerokit.launch.config import parse
 from zerokit.launch.plan import forwarded_env, plan
@@ -80,7 +80,7 @@ def test_a_head_node_launch_wraps_the_target_once_and_keeps_the_check_variables_
 
 
 def test_the_rank_programs_options_round_trip():
-    options = CheckOptions(timeout=12.5, slow_factor=3, as_json=True, hosts=("a", "b"), target=("train", "--x"))
+    options = CheckConfig(timeout=12.5, slow_factor=3, as_json=True, hosts=("a", "b"), target=("train", "--x"))
     assert parse_options(rank_argv(PY, options)[3:]) == options
 
 
