@@ -14,7 +14,7 @@ import torch
 
 from zerokit.foundations.errors import UserError
 from zerokit.train.cli import parse
-from zerokit.train.pipeline import PipeLayout, check_ranks
+from zerokit.train.layout import ParallelLayout
 from zerokit.training.checkpoints import PIPELINE_NAME, check_pipeline_resume
 from zerokit.training.pipeline_layers import PipeLayer, PipelineRefused, head_forward, loss_function, pipeline_layers
 
@@ -82,11 +82,11 @@ def test_options_the_pipeline_cannot_serve_are_refused_before_torch(flags: list[
 
 
 def test_stages_must_divide_the_ranks_and_the_line_says_the_global_batch():
-    assert check_ranks(None, 8, "WORLD_SIZE") is None  # no --pp-size: the Trainer
-    assert check_ranks(2, 8, "WORLD_SIZE") == PipeLayout(pp=2, dp=4)
+    assert ParallelLayout.check(8, 8, "WORLD_SIZE", pp=None).pp is None  # no --pp-size: the Trainer
+    assert ParallelLayout.check(8, 8, "WORLD_SIZE", pp=2) == ParallelLayout(pp=2, dp=4)
     with pytest.raises(UserError, match="--pp-size 4 does not divide the 6 ranks"):
-        check_ranks(4, 6, "--nproc-per-node")
-    line = PipeLayout(pp=4, dp=2).describe(micro_batch=4, micro_batches=2)
+        ParallelLayout.check(6, 6, "--nproc-per-node", pp=4)
+    line = ParallelLayout(pp=4, dp=2).describe(micro_batch=4, accumulation=2)
     assert "8 ranks = pipeline 4 stages x data parallel 2; global batch 16 = 4 per micro-batch" in line
     assert "--gradient_accumulation_steps 8 or more fills the pipeline" in line
 

@@ -1,22 +1,25 @@
-"""--tp-size's layout checks (zerokit.train.tensor_parallel): rank counts, and models AutoTP can split evenly."""
+"""--tp-size's layout checks (zerokit.train.layout, zerokit.train.tensor_parallel): rank counts, and models AutoTP can
+split evenly."""
 
 from __future__ import annotations
 
 import pytest
 
 from zerokit.foundations.errors import UserError
-from zerokit.train.tensor_parallel import Layout, LayoutRefused, check_model, check_ranks
+from zerokit.train.layout import ParallelLayout
+from zerokit.train.tensor_parallel import LayoutRefused, check_model
 
 
 def test_ranks_divide_into_tensor_parallel_groups_within_a_node():
-    assert check_ranks(4, 16, 4, "--nproc-per-node") == Layout(tp=4, dp=4)  # 4 nodes of 4: TP in a node, DP across
-    assert check_ranks(1, 3, 3, "--nproc-per-node") == Layout(tp=1, dp=3)
+    # 4 nodes of 4: TP in a node, DP across
+    assert ParallelLayout.check(16, 4, "--nproc-per-node", tp=4) == ParallelLayout(tp=4, dp=4)
+    assert ParallelLayout.check(3, 3, "--nproc-per-node", tp=1) == ParallelLayout(tp=1, dp=3)
     with pytest.raises(UserError, match="does not divide the 6 ranks per node"):
-        check_ranks(4, 12, 6, "WORLD_SIZE, LOCAL_WORLD_SIZE")  # a group would span two nodes
+        ParallelLayout.check(12, 6, "WORLD_SIZE, LOCAL_WORLD_SIZE", tp=4)  # a group would span two nodes
 
 
 def test_the_start_up_line_says_the_layout_and_the_global_batch():
-    line = Layout(tp=2, dp=3).describe(per_device_batch=8, accumulation=2)
+    line = ParallelLayout(tp=2, dp=3).describe(micro_batch=8, accumulation=2)
     assert line.startswith("zerokit: 6 ranks = tensor parallel 2 x data parallel 3; global batch 48 = 8 per rank")
 
 

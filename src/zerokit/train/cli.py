@@ -11,15 +11,16 @@ import argparse
 import os
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
-from zerokit.foundations.flags import command_parser, from_namespace
+from zerokit.foundations.flags import command_parser, from_namespace, option_strings
 from zerokit.train import pipeline
+from zerokit.train.layout import ParallelLayout
 from zerokit.train.options import EMBEDDED_DIFFERENCE, HF_DIFFERENCES, TrainOptions
 from zerokit.train.run import train
-from zerokit.train.tensor_parallel import check_config, check_model_type, check_ranks
+from zerokit.train.tensor_parallel import check_config, check_model_type
 from zerokit.training.hf_flags import check_hf_flags
 from zerokit.training.lora import parse_lora
 
@@ -48,7 +49,7 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[Tra
     """Split argv into zerokit's options (validated) and the TrainingArguments flags."""
     parser = build_parser(environ)
     namespace, hf_argv = parser.parse_known_args(argv)
-    check_hf_flags(hf_argv, [flag for action in parser._actions for flag in action.option_strings])
+    check_hf_flags(hf_argv, option_strings(parser))
     options = from_namespace(TrainOptions, namespace)
     if options.nproc_per_node < 1:
         raise UserError(f"--nproc-per-node must be at least 1, got {options.nproc_per_node}")
@@ -144,15 +145,30 @@ def main(argv: list[str]) -> int:
     # Every rank checks before the rendezvous; nothing is written to the output folder before it.
     check_output_dir(options.output_dir, options.overwrite, options.resume)
     check_hub_inputs(options)
+    layout = check_layout(options, os.environ)
     if options.nproc_per_node > 1:
-        check_ranks(options.tp_size, options.nproc_per_node, options.nproc_per_node, "--nproc-per-node")
-        pipeline.check_ranks(options.pp_size, options.nproc_per_node, "--nproc-per-node")
         from zerokit.launch.cli import run as launch
         from zerokit.launch.config import spawn_config
 
         command = ["train", *_without_nproc(argv)]
         return launch(spawn_config(command, options.nproc_per_node, os.environ, sys.executable))
-    return train(options, hf_argv)
+    return train(options, layout, hf_argv)
+
+
+def check_layout(options: TrainOptions, environ: MutableMapping[str, str]) -> ParallelLayout:
+    """How the ranks divide, checked once per process and before torch: the ranks --nproc-per-node starts
+    (before they start), or those of this rank's job (its scheduler's variables, or a world of 1, set here)."""
+    if options.nproc_per_node > 1:
+        world = per_node = options.nproc_per_node
+        source = "--nproc-per-node"
+    else:
+        from zerokit.launch.rank.environment import ensure_rank_env
+
+        ensure_rank_env(environ)
+        world = int(environ["WORLD_SIZE"])
+        per_node = int(environ.get("LOCAL_WORLD_SIZE") or world)
+        source = "WORLD_SIZE, LOCAL_WORLD_SIZE"
+    return ParallelLayout.check(world, per_node, source, tp=options.tp_size, pp=options.pp_size)
 
 
 def _without_nproc(argv: list[str]) -> list[str]:

@@ -5,44 +5,15 @@ s*DP .. s*DP+DP-1, so consecutive ranks are data-parallel replicas of one stage 
 falls between nodes when DP is the ranks per node (activations cross nodes, gradients stay in one).
 Pipeline runs train with the engine's own `train_batch` loop (zerokit.train.pipeline_run), not the
 Trainer; the layouts and options that loop cannot serve are refused here first, in one line naming the
-fix: the options (`check_options`, before torch) and the rank counts (`check_ranks`, before any rank
-starts and again in each rank).
+fix: the options (`check_options`, before torch); the rank counts are the run's ParallelLayout's
+(zerokit.train.layout).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from zerokit.foundations.errors import UserError
-
-
-@dataclass(frozen=True)
-class PipeLayout:
-    """pp pipeline stages x dp data-parallel replicas of each."""
-
-    pp: int
-    dp: int
-
-    def describe(self, micro_batch: int, micro_batches: int) -> str:
-        """The start-up line: the layout and the global batch it makes (samples per optimizer step)."""
-        ranks = self.pp * self.dp
-        line = (
-            f"zerokit: {ranks} rank{'s' if ranks > 1 else ''} = pipeline {self.pp} stage{'s' if self.pp > 1 else ''} "
-            f"x data parallel {self.dp}; global batch {micro_batch * micro_batches * self.dp} = {micro_batch} per "
-            f"micro-batch x {micro_batches} micro-batches per step (--gradient_accumulation_steps) x {self.dp} "
-            "data-parallel"
-        )
-        if self.pp > 1 and micro_batches < self.pp:
-            line += (
-                f"; with {micro_batches} micro-batch{'es' if micro_batches > 1 else ''} per step the {self.pp} stages "
-                f"mostly wait on each other: --gradient_accumulation_steps {self.pp * 2} or more fills the pipeline"
-            )
-        return line
-
-    def as_record(self) -> dict[str, int]:
-        return {"pp_size": self.pp, "dp_size": self.dp}
-
 
 # zerokit options the pipeline loop does not serve: flag -> whether it is given.
 UNSERVED = {
@@ -71,15 +42,3 @@ def check_options(options) -> None:
             "ZeRO-2 and 3, and at ZeRO-0 its gradient clipping leaves the other stages' gradients out; "
             "use --config zero1 (or a file with zero_optimization.stage 1)"
         )
-
-
-def check_ranks(pp_size: int | None, world: int, source: str) -> PipeLayout | None:
-    """The layout of world ranks in pp_size stages (None without --pp-size); source names where the count came from."""
-    if pp_size is None:
-        return None
-    if world % pp_size:
-        raise UserError(
-            f"--pp-size {pp_size} does not divide the {world} ranks ({source}): each stage needs the same number "
-            f"of data-parallel ranks; pick a --pp-size that divides {world}"
-        )
-    return PipeLayout(pp=pp_size, dp=world // pp_size)

@@ -1,7 +1,8 @@
-"""One rank of a `--pp-size` run: DeepSpeed's pipeline engine and its `train_batch` loop.
+"""One rank of a `--pp-size` run: DeepSpeed's pipeline engine and its `train_batch` loop, the run's Engine.
 
 The Trainer cannot drive a PipelineEngine (it feeds whole batches to one module), so this loop does
-what the Trainer does for `train`, with the same files and the same guarantees:
+what the Trainer does for `train` (zerokit.train.trainer_engine), with the same files and the same guarantees,
+inside the lifecycle both share (zerokit.train.training_run):
 
 - the model is built whole on every rank (same seed, or from_pretrained), cut into pipeline layers
   (zerokit.training.pipeline_layers) and each rank keeps its stage's;
@@ -30,8 +31,9 @@ import torch
 import torch.distributed as dist
 
 from zerokit.foundations.files import write_json
-from zerokit.launch.progress import heartbeat
-from zerokit.train.pipeline import PipeLayout
+from zerokit.launch.rank.progress import heartbeat
+from zerokit.train.layout import ParallelLayout
+from zerokit.train.training_run import TrainingRun, perplexity
 from zerokit.training.checkpoints import PIPELINE_NAME, PREFIX, STAGING_PREFIX, publish, rotate
 from zerokit.training.pipeline_layers import (
     PipeLayer,
@@ -64,7 +66,7 @@ def micro_batches(dataset, micro: int, dp: int, dp_rank: int, seed: int, start: 
         epoch, skip = epoch + 1, 0
 
 
-def resolved_ds_config(args, model, layout: PipeLayout, max_steps: int) -> dict:
+def resolved_ds_config(args, model, layout: ParallelLayout, max_steps: int) -> dict:
     """The run's DeepSpeed config: "auto" values filled as the Trainer fills them; the pipeline's batch sizes."""
     hf_config = args.hf_deepspeed_config
     hf_config.trainer_config_finalize(args, model, max_steps)
@@ -102,7 +104,7 @@ def optimizer_and_schedule(args, config: dict, parameters: list, max_steps: int)
     return optimizer, schedule
 
 
-def plan_steps(args, train_blocks: int, layout: PipeLayout) -> int:
+def plan_steps(args, train_blocks: int, layout: ParallelLayout) -> int:
     """--max_steps, or the steps of num_train_epochs over this layout's micro-batches."""
     micro = args.per_device_train_batch_size
     per_epoch = train_blocks // layout.dp // micro
@@ -117,21 +119,21 @@ def plan_steps(args, train_blocks: int, layout: PipeLayout) -> int:
 
 
 class PipelineRun:
-    """The engine and what this rank owns of the model; `train` runs the loop."""
+    """A TrainingRun's Engine under --pp-size: DeepSpeed's engine and what this rank owns of the model; `train`
+    runs the loop."""
 
-    def __init__(
-        self, options, args, model, tokenizer, datasets, layout: PipeLayout, resume: Path | None, callbacks: list
-    ) -> None:
+    def __init__(self, run: TrainingRun) -> None:
         import deepspeed
         from deepspeed.pipe import PipelineModule
         from deepspeed.runtime.pipe.topology import PipeDataParallelTopology
 
+        args, model, layout = run.args, run.model, run.layout
         if args.save_strategy == "best" or args.load_best_model_at_end:
             raise PipelineRefused(
                 "--pp-size keeps no best checkpoint yet: drop --save_strategy best / --load_best_model_at_end"
             )
-        self.options, self.args, self.tokenizer, self.datasets, self.layout = options, args, tokenizer, datasets, layout
-        self.callbacks = callbacks
+        self.options, self.args, self.layout, self.resume = run.options, args, layout, run.resume
+        self.tokenizer, self.datasets, self.callbacks = run.tokenizer, run.datasets, run.callbacks
         self.config = model.config
         self.layers: list[PipeLayer] = pipeline_layers(model)
         blocks = sum(layer.is_block for layer in self.layers)
@@ -140,7 +142,7 @@ class PipelineRun:
                 f"--pp-size {layout.pp}: the model has {blocks} blocks, fewer than the stages; pick a --pp-size of "
                 f"at most {blocks}"
             )
-        self.max_steps = plan_steps(args, len(datasets["train"]), layout)
+        self.max_steps = plan_steps(args, len(self.datasets["train"]), layout)
         topology = PipeDataParallelTopology(num_pp=layout.pp, num_dp=layout.dp)
         self.pipe = PipelineModule(
             layers=deepspeed_layers(self.layers),
@@ -161,11 +163,12 @@ class PipelineRun:
         grid = self.pipe._grid
         self.stage, self.dp_rank = grid.get_stage_id(), grid.get_data_parallel_rank()
         self.rank = dist.get_rank()
-        self.resume = resume
         self.start = 0
-        if resume is not None:
-            _, client_state = self.engine.load_checkpoint(str(resume))
+        if self.resume is not None:
+            _, client_state = self.engine.load_checkpoint(str(self.resume))
             self.start = int(client_state["zerokit_step"])
+        self.metrics: dict[str, float] = {}  # the train metrics, once saved
+        self.event("on_init_end", None, None)
 
     def local_hf_state(self) -> dict[str, torch.Tensor]:
         """This stage's weights under their Hugging Face names."""
@@ -225,7 +228,7 @@ class PipelineRun:
         dist.barrier()
         self.event("on_save", state, control)
 
-    def evaluate(self) -> dict[str, float] | None:
+    def validation(self) -> dict[str, float] | None:
         """The validation loss over this layout's whole micro-batches (None when there is not one)."""
         blocks = self.datasets.get("validation")
         micro = self.args.per_device_train_batch_size  # the stages' buffers have the training shape
@@ -245,7 +248,7 @@ class PipelineRun:
         loss = float(self.engine.eval_batch(batches(), num_micro_batches=count))
         return {
             "eval_loss": loss,
-            "perplexity": math.exp(loss) if loss < 700 else math.inf,
+            "perplexity": perplexity(loss),
             "eval_samples": count * micro * self.layout.dp,
         }
 
@@ -329,7 +332,7 @@ class PipelineRun:
 
     def log_evaluation(self, state, control) -> dict[str, float] | None:
         """The validation loss, logged as the Trainer logs it (during training, and at the end)."""
-        evaluation = self.evaluate()
+        evaluation = self.validation()
         if evaluation is not None:
             state.log_history.append(
                 {"eval_loss": evaluation["eval_loss"], "epoch": state.epoch, "step": state.global_step}
@@ -339,25 +342,31 @@ class PipelineRun:
             self.event("on_evaluate", state, control, metrics=evaluation)
         return evaluation
 
-    def finish(self, metrics: dict[str, float]) -> None:
-        """The whole model, the results files and the trainer state in the output folder (every rank calls it)."""
-        from transformers import TrainerControl
-
+    def save_final(self, metrics: dict[str, float]) -> None:
+        """The whole model, the train results and the trainer state in the output folder."""
         from zerokit.runs.trainer import naming_a_full_disk
 
         output = self.options.output_dir
         with naming_a_full_disk(output, "the model"):
             self.write_hf_model(output)
-        evaluation = self.log_evaluation(self.state, TrainerControl())
+        self.metrics = metrics
         if self.rank == 0:
-            results = dict(metrics)
             write_json(output / "train_results.json", metrics, indent=4)
-            if evaluation is not None:
-                write_json(output / "eval_results.json", evaluation, indent=4)
-                results.update(evaluation)
-                print(f"zerokit: eval loss {evaluation['eval_loss']:.4f}, perplexity {evaluation['perplexity']:.2f}")
-            write_json(output / "all_results.json", results, indent=4)
+            write_json(output / "all_results.json", metrics, indent=4)
             self.state.save_to_json(str(output / "trainer_state.json"))
+
+    def evaluate(self) -> dict[str, float] | None:
+        """The final validation, logged; its results beside the train results (and in the trainer state)."""
+        from transformers import TrainerControl
+
+        evaluation = self.log_evaluation(self.state, TrainerControl())
+        if evaluation is not None and self.rank == 0:
+            output = self.options.output_dir
+            write_json(output / "eval_results.json", evaluation, indent=4)
+            write_json(output / "all_results.json", {**self.metrics, **evaluation}, indent=4)
+            self.state.save_to_json(str(output / "trainer_state.json"))
+            print(f"zerokit: eval loss {evaluation['eval_loss']:.4f}, perplexity {evaluation['perplexity']:.2f}")
+        return evaluation
 
 
 def show(logs: dict) -> None:
@@ -376,22 +385,3 @@ def due(strategy, steps: int, step: int, epoch_ended: bool) -> bool:
 def every(steps: float, max_steps: int) -> int:
     """The Trainer's logging_steps/save_steps: a count, or below 1 a fraction of max_steps."""
     return int(steps) if steps >= 1 else max(1, math.ceil(steps * max_steps))
-
-
-def train_pipeline(options, args, model, tokenizer, datasets, layout: PipeLayout, resume, callbacks) -> int:
-    """A `--pp-size` run on this rank: build, say the layout, train, write; the exit code.
-
-    callbacks: the TrainerCallbacks a Trainer would get (preemption, the run record, bench's step clock).
-    """
-    from zerokit.runs.preemption import PreemptionCallback
-
-    run = PipelineRun(options, args, model, tokenizer, datasets, layout, resume, callbacks)
-    run.event("on_init_end", None, None)
-    if run.rank == 0:
-        print(layout.describe(args.per_device_train_batch_size, args.gradient_accumulation_steps), flush=True)
-    metrics = run.train()
-    preemption = next((c for c in callbacks if isinstance(c, PreemptionCallback)), None)
-    if preemption is not None and preemption.preempted:
-        return preemption.exit_code
-    run.finish(metrics)
-    return 0

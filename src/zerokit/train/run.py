@@ -1,22 +1,22 @@
-"""`train(options, training_flags)`: one rank's whole run, with no command line involved.
+"""`train(options, layout, training_flags)`: one rank's whole run, with no command line involved.
 
-training_flags are TrainingArguments flags as HF spells them (`--learning_rate 3e-4`); the
-defaults are HF's but for the embedded model's (training_defaults). The rank's torch.distributed variables
-come from its scheduler or make it rank 0 of 1 (zerokit.launch.environment).
+It builds the run (zerokit.train.training_run's TrainingRun) and hands it to its engine: the Trainer
+(zerokit.train.trainer_engine), or DeepSpeed's pipeline engine under --pp-size (zerokit.train.pipeline_run).
+training_flags are TrainingArguments flags as HF spells them (`--learning_rate 3e-4`); the defaults are
+HF's but for the embedded model's (training_defaults). The rank's torch.distributed variables come from its
+scheduler or make it rank 0 of 1 (zerokit.launch.rank.environment), set before the layout is checked.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from zerokit.foundations.errors import RunFailure, UserError
-from zerokit.train import pipeline
+from zerokit.foundations.errors import UserError
 from zerokit.train.blocks import block_length, load_datasets
+from zerokit.train.layout import ParallelLayout
 from zerokit.train.memory_check import check_memory
 from zerokit.train.model import check_limits, fine_tuning, load_model, load_tokenizer, model_config
 from zerokit.train.options import (
@@ -24,42 +24,114 @@ from zerokit.train.options import (
     ds_config_argument,
     training_defaults,
 )
-from zerokit.train.tensor_parallel import check_model, check_ranks
+from zerokit.train.tensor_parallel import check_model
+from zerokit.train.training_run import TrainingRun
 from zerokit.training.memory_need import count
 
 
-def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
-    """Build everything and train; called once per rank."""
-    from zerokit.foundations.startup_marks import mark
-    from zerokit.launch import progress
-    from zerokit.launch.environment import ensure_rank_env
+def train(options: TrainOptions, layout: ParallelLayout, training_flags: Sequence[str] = ()) -> int:
+    """Build everything and train; called once per rank.
 
-    ensure_rank_env(os.environ)
-    world = int(os.environ["WORLD_SIZE"])
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or world)
-    layout = check_ranks(options.tp_size, world, per_node, "WORLD_SIZE, LOCAL_WORLD_SIZE")
-    stages = pipeline.check_ranks(options.pp_size, world, "WORLD_SIZE")
+    layout: how the job's ranks divide, checked against its world (ParallelLayout.check; the `train` command
+    checks it before torch, from the rank's variables that zerokit.launch.rank.environment.ensure_rank_env sets).
+    """
+    from zerokit.foundations.startup_marks import mark
+    from zerokit.launch.rank import progress
+
     progress.start(os.environ, collectives=True, trainer_steps=True)  # launch's stall watch, when it asked for one
     warnings.filterwarnings("ignore", category=FutureWarning)
     import torch
-    from transformers import HfArgumentParser, default_data_collator, set_seed
+    from transformers import set_seed
     from transformers.trainer_utils import enable_full_determinism
 
     from zerokit.runs.preemption import BENCH_WITHOUT_VARIABLE, PreemptionCallback
     from zerokit.runs.run_record import RunRecorder
-    from zerokit.runs.secret_free import SecretFreeArguments
-    from zerokit.runs.trainer import FiniteLossGuard, ZerokitTrainer
     from zerokit.training.checkpoints import check_pipeline_resume, needs_universal_load, resolve_resume
 
     mark("imports")
     preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
-    skipped: list[str] = []
-    resume = resolve_resume(options.resume, options.output_dir, skipped)
+    pipelined = layout.pp is not None
+    notes: list[str] = []
+    resume = resolve_resume(options.resume, options.output_dir, notes)
     if resume:
-        check_pipeline_resume(resume, stages.as_record() if stages else None)
-    universal = bool(resume) and stages is None and needs_universal_load(resume, world, options.tp_size)
+        check_pipeline_resume(resume, layout.as_record() if pipelined else None)
+    universal = bool(resume) and not pipelined and needs_universal_load(resume, layout.world, options.tp_size)
 
     on_gpu = torch.cuda.is_available()
+    args = training_arguments(options, training_flags, universal, on_gpu)
+    mark("arguments")
+    join_process_group(args, deepspeed=options.ds_config is not None)
+    mark("process_group")
+    tokenizer = load_tokenizer(options)
+    mark("tokenizer")
+    config = model_config(options, tokenizer)
+    check_limits(options, tokenizer, config)  # every rank alike, before anything is written or the weights load
+    check_model(options.tp_size, config)
+    parameters = check_memory(options, args, config, layout.world, on_gpu)  # before the model is built
+    start = _start_message(options, resume, universal, config, parameters)
+    record = claim_output_dir(options, resume, args.process_index)
+    if args.full_determinism:
+        enable_full_determinism(args.seed)
+    else:
+        set_seed(args.seed)
+
+    model = fine_tuning(options, load_model(options, config), args)
+    mark("model")
+    check_free_space(options.output_dir, model, saves_checkpoints=args.save_strategy != "no")
+    datasets = load_datasets(options, tokenizer, model, args)
+    mark("data")
+    if os.environ.get(BENCH_WITHOUT_VARIABLE) == "1":
+        preemption = None
+    callbacks = [] if preemption is None else [preemption]
+    if options.timings_dir:
+        from zerokit.training.step_clock import StepClock
+
+        shared = layout.model_parallel  # ranks per data-parallel replica
+        whole = model.num_parameters() if shared > 1 else None  # before AutoTP or the stages split it
+        tokens = block_length(datasets["train"])
+        clock = StepClock(options.timings_dir, tokens_per_sample=tokens, model_parallel=shared, parameters=whole)
+        callbacks.append(clock)
+    # zerokit-run.json in the output folder and each checkpoint: what this run ran on.
+    callbacks.append(
+        RunRecorder(
+            options.output_dir,
+            config_name=options.config,
+            config_file=options.ds_config,
+            resume=resume,
+            rank=args.process_index,
+            layout=layout.as_record(),
+        )
+    )
+    run = TrainingRun(
+        options=options,
+        args=args,
+        model=model,
+        tokenizer=tokenizer,
+        datasets=datasets,
+        layout=layout,
+        resume=resume,
+        start=start,
+        notes=notes,
+        callbacks=callbacks,
+        record=record,
+        preemption=preemption,
+    )
+    if pipelined:
+        from zerokit.train.pipeline_run import PipelineRun
+
+        return run.execute(PipelineRun)
+    from zerokit.train.trainer_engine import TrainerEngine
+
+    return run.execute(TrainerEngine)
+
+
+def training_arguments(options: TrainOptions, training_flags: Sequence[str], universal: bool, on_gpu: bool):
+    """The run's TrainingArguments: the flags given over zerokit's defaults, and what zerokit's options force."""
+    import torch
+    from transformers import HfArgumentParser
+
+    from zerokit.runs.secret_free import SecretFreeArguments
+
     parser = HfArgumentParser(SecretFreeArguments, allow_abbrev=False)  # training_args.bin holds no token
     parser.set_defaults(**training_defaults(options.embedded, training_flags))
     if on_gpu and torch.cuda.is_bf16_supported():
@@ -78,126 +150,7 @@ def train(options: TrainOptions, training_flags: Sequence[str] = ()) -> int:
     (args,) = parser.parse_args_into_dataclasses([*training_flags, *forced])
     if options.streaming and args.max_steps <= 0:
         raise UserError("--streaming has no length to plan epochs from: pass --max_steps N")
-    mark("arguments")
-    join_process_group(args, deepspeed=options.ds_config is not None)
-    mark("process_group")
-    tokenizer = load_tokenizer(options)
-    mark("tokenizer")
-    config = model_config(options, tokenizer)
-    check_limits(options, tokenizer, config)  # every rank alike, before anything is written or the weights load
-    check_model(options.tp_size, config)
-    parameters = check_memory(options, args, config, world, on_gpu)  # before the model is built
-    start = _start_message(options, resume, universal, config, parameters)
-    record = claim_output_dir(options, resume, args.process_index)
-    if args.full_determinism:
-        enable_full_determinism(args.seed)
-    else:
-        set_seed(args.seed)
-
-    model = fine_tuning(options, load_model(options, config), args)
-    mark("model")
-    check_free_space(options.output_dir, model, saves_checkpoints=args.save_strategy != "no")
-    datasets = load_datasets(options, tokenizer, model, args)
-    mark("data")
-    callbacks = [] if os.environ.get(BENCH_WITHOUT_VARIABLE) == "1" else [preemption]
-    if options.timings_dir:
-        from zerokit.training.step_clock import StepClock
-
-        shared = stages.pp if stages else layout.tp  # ranks per data-parallel replica
-        whole = model.num_parameters() if shared > 1 else None  # before AutoTP or the stages split it
-        tokens = block_length(datasets["train"])
-        clock = StepClock(options.timings_dir, tokens_per_sample=tokens, model_parallel=shared, parameters=whole)
-        callbacks.append(clock)
-    # zerokit-run.json in the output folder and each checkpoint: what this run ran on.
-    callbacks.append(
-        RunRecorder(
-            options.output_dir,
-            config_name=options.config,
-            config_file=options.ds_config,
-            resume=resume,
-            rank=args.process_index,
-            layout=stages.as_record() if stages else {"tp_size": layout.tp, "dp_size": layout.dp},
-        )
-    )
-    if stages:
-        return train_in_stages(
-            options, args, model, tokenizer, datasets, stages, resume, callbacks, record, skipped, start
-        )
-
-    trainer = ZerokitTrainer(
-        loss_guard=FiniteLossGuard(),
-        model=model,
-        args=args,
-        train_dataset=datasets["train"],
-        eval_dataset=datasets["validation"],
-        processing_class=tokenizer,
-        data_collator=default_data_collator,
-        callbacks=callbacks,
-    )
-    mark("trainer")
-    if args.process_index == 0:
-        for note in skipped:
-            print(f"zerokit: {note}", file=sys.stderr, flush=True)
-        print(start, flush=True)
-        print(layout.describe(args.per_device_train_batch_size, args.gradient_accumulation_steps), flush=True)
-    try:
-        return train_and_save(options, trainer, resume, preemption, datasets, record, on_gpu)
-    except RunFailure:
-        _shutdown_distributed(barrier=False)  # every rank got here, or the launcher stops the rest
-        raise
-
-
-def train_in_stages(options, args, model, tokenizer, datasets, stages, resume, callbacks, record, notes, start) -> int:
-    """--pp-size: DeepSpeed's pipeline engine instead of the Trainer (zerokit.train.pipeline_run)."""
-    from zerokit.train.pipeline_run import train_pipeline
-
-    if args.process_index == 0:
-        for note in notes:
-            print(f"zerokit: {note}", file=sys.stderr, flush=True)
-        print(start, flush=True)
-    try:
-        code = train_pipeline(options, args, model, tokenizer, datasets, stages, resume, callbacks)
-    except RunFailure:
-        _shutdown_distributed(barrier=False)
-        raise
-    if code == 0 and record is not None:
-        from zerokit.training import outputs
-
-        outputs.finish(options.output_dir, record)
-    _shutdown_distributed()
-    return code
-
-
-def train_and_save(options: TrainOptions, trainer, resume, preemption, datasets, record, on_gpu: bool) -> int:
-    import torch
-
-    args = trainer.args
-    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    if preemption.preempted:  # the checkpoint is written; the job script requeues on REQUEUE_EXIT_CODE
-        _shutdown_distributed()
-        return preemption.exit_code
-    if on_gpu:  # this rank's peak (rank 0's is the one saved); `smoke` reports it
-        result.metrics["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated()
-    trainer.save_model()
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
-    trainer.save_state()
-
-    if datasets["validation"] is not None:  # None: streaming a source without a validation split
-        evaluate(trainer)
-    if options.merge and args.should_save:
-        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-
-        from zerokit.training.lora import merge_adapter
-
-        unset_hf_deepspeed_config()  # the base is loaded whole, not partitioned by ZeRO-3
-        merge_adapter(options.model, str(options.output_dir), str(options.output_dir / "merged"))
-    if record is not None:
-        from zerokit.training import outputs
-
-        outputs.finish(options.output_dir, record)
-    _shutdown_distributed()
-    return 0
+    return args
 
 
 def claim_output_dir(options: TrainOptions, resume: Path | None, rank: int):
@@ -260,13 +213,6 @@ def join_process_group(args, deepspeed: bool) -> None:
             release_own_segment()
 
 
-def evaluate(trainer) -> None:
-    metrics = trainer.evaluate()
-    metrics["perplexity"] = math.exp(metrics["eval_loss"]) if metrics["eval_loss"] < 700 else math.inf
-    trainer.log_metrics("eval", metrics)
-    trainer.save_metrics("eval", metrics)
-
-
 def _start_message(options: TrainOptions, resume: Path | None, universal: bool, config, parameters: int) -> str:
     """Where the run starts; a fresh config (--model-type, --from-scratch) also says the model it makes."""
     line = _resume_message(options, resume, universal)
@@ -281,13 +227,3 @@ def _resume_message(options: TrainOptions, resume: Path | None, universal: bool)
     if options.resume == "auto":
         return f"zerokit: no complete checkpoint in {options.output_dir}: starting from step 0"
     return "zerokit: starting from step 0"
-
-
-def _shutdown_distributed(barrier: bool = True) -> None:
-    """Leave the process group cleanly; gloo aborts at exit under MPI otherwise."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        if barrier:
-            dist.barrier()
-        dist.destroy_process_group()

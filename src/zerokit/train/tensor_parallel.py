@@ -5,14 +5,13 @@ spans nodes when N divides the ranks per node. Each group splits every attention
 its N ranks and sees one stream of batches (accelerate hands every rank of a group the same batch); the
 DP = world / N groups are ZeRO 0-2's data-parallel ranks. The layouts that DeepSpeed or the Trainer
 would fail on late, with a traceback, or split unevenly are refused here first, in one line naming the fix:
-the config (`check_config`, before torch), the rank counts (`check_ranks`, before any rank starts and again
-in each rank) and the model (`check_model`, on every rank, before the model is built).
+the config (`check_config`, before torch) and the model (`check_model`, on every rank, before the model is
+built); the rank counts are the run's ParallelLayout's (zerokit.train.layout).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
@@ -29,23 +28,6 @@ class LayoutRefused(UserError):
     """A model the ranks cannot split: every rank finds the same after they met, and rank 0 says it."""
 
     every_rank = True
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a run's ranks divide: tp ranks per tensor-parallel group, dp groups (data-parallel ranks)."""
-
-    tp: int
-    dp: int
-
-    def describe(self, per_device_batch: int, accumulation: int) -> str:
-        """The start-up line: the layout and the global batch it makes (samples per optimizer step)."""
-        ranks = self.tp * self.dp
-        return (
-            f"zerokit: {ranks} rank{'s' if ranks > 1 else ''} = tensor parallel {self.tp} x data parallel {self.dp}; "
-            f"global batch {per_device_batch * accumulation * self.dp} = {per_device_batch} per rank x "
-            f"{self.dp} data-parallel x {accumulation} accumulation (the {self.tp} ranks of a group share a batch)"
-        )
 
 
 def check_config(tp_size: int, config_name: str, ds_config: Path | None) -> None:
@@ -68,31 +50,6 @@ def check_config(tp_size: int, config_name: str, ds_config: Path | None) -> None
             "through from_pretrained's partitioned path, which refuses tensor parallelism (NotImplementedError); "
             "use ZeRO 0-2, e.g. --config zero2"
         )
-
-
-def check_ranks(tp_size: int, world: int, per_node: int, source: str) -> Layout:
-    """The layout of world ranks, per_node on each node, in groups of tp_size; source names where the counts came
-    from (the flag or the variables) for the one-line refusal.
-
-    A plain UserError, which every rank prints: in the ranks this runs before they meet, and a rank that is
-    still starting when launch stops the others on the first one's exit would never print an every-rank error.
-    """
-    if tp_size == 1:
-        return Layout(tp=1, dp=world)
-    if world == 1:
-        raise UserError(
-            f"--tp-size {tp_size} needs {tp_size} ranks at least, this run has 1: add --nproc-per-node {tp_size}"
-        )
-    if per_node % tp_size:
-        raise UserError(
-            f"--tp-size {tp_size} does not divide the {per_node} ranks per node ({source}): a tensor-parallel "
-            f"group must lie within one node; pick a --tp-size that divides {per_node}"
-        )
-    if world % tp_size:
-        raise UserError(
-            f"--tp-size {tp_size} does not divide the {world} ranks ({source}): pick a --tp-size that divides {world}"
-        )
-    return Layout(tp=tp_size, dp=world // tp_size)
 
 
 def check_model_type(tp_size: int, model_type: str, *, embedded: bool = False, error=UserError) -> None:

@@ -1,0 +1,116 @@
+"""One training run: what it carries (`TrainingRun`) and its lifecycle, written once for both engines.
+
+`train()` (zerokit.train.run) builds the run; an `Engine` trains it: the HF Trainer
+(zerokit.train.trainer_engine) or, under `--pp-size`, DeepSpeed's pipeline engine (zerokit.train.pipeline_run).
+`TrainingRun.execute` is what both share: rank 0 says the notes, the start line and the layout; the engine
+trains, saves the final model and evaluates; the adapter is merged (`--merge`), the output record finished,
+and the ranks leave the process group, after a preemption's checkpoint or a RunFailure too.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from zerokit.foundations.errors import RunFailure
+from zerokit.train.layout import ParallelLayout
+from zerokit.train.options import TrainOptions
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainingArguments
+
+    from zerokit.runs.preemption import PreemptionCallback
+    from zerokit.training.outputs import OutputRecord
+
+
+def perplexity(eval_loss: float) -> float:
+    """exp(eval_loss), inf where that overflows a float."""
+    return math.exp(eval_loss) if eval_loss < 700 else math.inf
+
+
+class Engine(Protocol):
+    """What trains a TrainingRun; every rank calls each method, in this order."""
+
+    def train(self) -> dict[str, float]:
+        """Train from the resumed step (or 0) to the last, or to a preemption's checkpoint: the train metrics."""
+        ...
+
+    def save_final(self, metrics: dict[str, float]) -> None:
+        """The final model, the train metrics and the trainer state, in the output folder."""
+        ...
+
+    def evaluate(self) -> dict[str, float] | None:
+        """The final validation metrics (eval_loss, perplexity), logged and written; None without validation data."""
+        ...
+
+
+@dataclass
+class TrainingRun:
+    """What one rank's run carries from its set-up (zerokit.train.run) to its engine."""
+
+    options: TrainOptions
+    args: TrainingArguments
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    datasets: dict[str, Any]  # "train", "validation" (None: a streamed source without one): blocks of tokens
+    layout: ParallelLayout
+    resume: Path | None  # the checkpoint it resumes from
+    start: str  # the start line: where the run starts (and the fresh model it makes)
+    notes: list[str]  # said once, on rank 0: e.g. the incomplete checkpoints --resume skipped
+    callbacks: list[TrainerCallback]  # what a Trainer would get: preemption, the run record, bench's step clock
+    record: OutputRecord | None  # the output folder's record, on rank 0; None on the others
+    preemption: PreemptionCallback | None  # None where bench runs without it
+
+    def execute(self, engine: Callable[[TrainingRun], Engine]) -> int:
+        """Build the engine, train, save and evaluate: the exit code (a preemption's once its checkpoint is written)."""
+        rank0 = self.args.process_index == 0
+        if rank0:
+            for note in self.notes:
+                print(f"zerokit: {note}", file=sys.stderr, flush=True)
+            print(self.start, flush=True)
+        try:
+            built = engine(self)
+            if rank0:
+                batch = self.args.per_device_train_batch_size, self.args.gradient_accumulation_steps
+                print(self.layout.describe(*batch), flush=True)
+            metrics = built.train()
+            if self.preemption is not None and self.preemption.preempted:
+                shutdown_distributed()  # the checkpoint is written; the job script requeues on REQUEUE_EXIT_CODE
+                return self.preemption.exit_code
+            built.save_final(metrics)
+            built.evaluate()
+            if self.options.merge and self.args.should_save:
+                self.merge_adapter()
+            if self.record is not None:
+                from zerokit.training import outputs
+
+                outputs.finish(self.options.output_dir, self.record)
+        except RunFailure:
+            shutdown_distributed(barrier=False)  # every rank got here, or the launcher stops the rest
+            raise
+        shutdown_distributed()
+        return 0
+
+    def merge_adapter(self) -> None:
+        """--merge: the LoRA adapter merged into its base, in the output folder's merged/."""
+        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+        from zerokit.training.lora import merge_adapter
+
+        unset_hf_deepspeed_config()  # the base is loaded whole, not partitioned by ZeRO-3
+        output = self.options.output_dir
+        merge_adapter(self.options.model, str(output), str(output / "merged"))
+
+
+def shutdown_distributed(barrier: bool = True) -> None:
+    """Leave the process group cleanly; gloo aborts at exit under MPI otherwise."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        if barrier:
+            dist.barrier()
+        dist.destroy_process_group()
