@@ -41,7 +41,7 @@ def train(out: Path, *args: str) -> list[str]:
         (["--learning_rat", "1e-4"], "unknown flag --learning_rat: did you mean --learning_rate?"),
         (["--block_size", "32"], "unknown flag --block_size: did you mean --block-size?"),  # zerokit's, as spelled
         (["--max_steps", "-5"], "--max_steps -5: must be at least 1"),
-        (["--block-size", "1"], "--block-size must be at least 2"),
+        (["--block-size", "1"], "--block-size (ZEROKIT_BLOCK_SIZE) must be at least 2"),
         (["--model", "/no/such/dir"], "--model /no/such/dir: no such folder"),
         (["--tokenizer", "./missing-tokenizer"], "--tokenizer ./missing-tokenizer: no such folder"),
     ],

@@ -47,7 +47,7 @@ def test_train_ignores_launchs_rank_count_variable():
     ("environ", "message"),
     [
         ({"ZEROKIT_OVERWRITE": "maybe"}, "ZEROKIT_OVERWRITE='maybe': give 1 or 0"),
-        ({"ZEROKIT_BLOCK_SIZE": "big"}, "ZEROKIT_BLOCK_SIZE='big' is not a valid int for --block-size"),
+        ({"ZEROKIT_BLOCK_SIZE": "big"}, "ZEROKIT_BLOCK_SIZE\\)='big' is not a whole number: give a whole number of at"),
         ({"ZEROKIT_CONFIG": "zero9"}, "DeepSpeed config not found: zero9"),
     ],
 )
@@ -59,7 +59,7 @@ def test_a_bad_value_names_the_variable(environ: dict[str, str], message: str):
 @pytest.mark.parametrize(
     ("argv", "environ", "message"),
     [
-        (["train"], {"ZEROKIT_BLOCK_SIZE": "0"}, "--block-size must be at least 2"),
+        (["train"], {"ZEROKIT_BLOCK_SIZE": "0"}, "--block-size (ZEROKIT_BLOCK_SIZE) must be at least 2, got 0"),
         (["generate", "model"], {"ZEROKIT_BATCH_SIZE": "0"}, "--batch-size must be at least 1"),
         (["bench"], {"ZEROKIT_STEPS": "3"}, "--steps 3 leaves nothing to time"),
         (  # required flags can come from the environment too
@@ -97,6 +97,8 @@ SAMPLES = {
     Path: ("some/where", Path("some/where")),
     values.int_list: ("3,4", (3, 4)),
     values.count: ("3", 3),
+    values.tokens_per_block: ("64", 64),
+    values.percent_below_100: ("10", 10),
     values.seconds: ("12.5", 12.5),
     values.seconds_or_zero: ("12.5", 12.5),
     values.factor: ("3", 3.0),

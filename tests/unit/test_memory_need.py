@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from zerokit.train.memory_check import count_parameters, setup
-from zerokit.train.options import TrainOptions
+from zerokit.train.options import TrainFlags
 from zerokit.train.tensor_parallel import SMALL_LLAMA, check_model_type
 from zerokit.training.ds_configs import bundled
 from zerokit.training.memory_need import GiB, Node, Setup, estimate, judge
@@ -104,7 +104,7 @@ def test_the_small_llama_the_tensor_parallel_refusal_suggests_fits_this_machine(
         check_model_type(2, "gpt2", embedded=True)
     overrides = re.search(r'--model-type llama --config-overrides "([^"]+)"', str(refused.value)).group(1)
     assert overrides == SMALL_LLAMA
-    options = TrainOptions(model_type="llama", config_overrides=overrides, tp_size=2)
+    options = TrainFlags(model_type="llama", config_overrides=overrides, tp_size=2)
     total, trainable, build = count_parameters(options, llama_config(overrides))
     assert total == trainable and build == 4 and total < 10 * 10**6
     args = SimpleNamespace(bf16=False, fp16=False)
@@ -115,15 +115,15 @@ def test_the_small_llama_the_tensor_parallel_refusal_suggests_fits_this_machine(
 
 def test_the_ds_config_gives_the_stage_offload_and_precision():
     args = SimpleNamespace(bf16=True, fp16=False)
-    offload = setup(TrainOptions(config=str(bundled("zero3-offload"))), args, (P, P, 4), world=4, on_gpu=True)
+    offload = setup(TrainFlags(config=str(bundled("zero3-offload"))), args, (P, P, 4), world=4, on_gpu=True)
     assert (offload.zero_stage, offload.offload_optimizer, offload.offload_param) == (3, "cpu", "cpu")
     assert (offload.precision_bytes, offload.dp) == (2, 4)
-    plain = setup(TrainOptions(config="none"), args, (P, P, 4), world=1, on_gpu=True)
+    plain = setup(TrainFlags(config="none"), args, (P, P, 4), world=1, on_gpu=True)
     assert (plain.zero_stage, plain.precision_bytes) == (0, 4)  # amp keeps fp32 weights
 
 
 def test_lora_counts_only_the_adapters_as_trained():
-    options = TrainOptions(model_type="llama", lora="r=8")
+    options = TrainFlags(model_type="llama", lora="r=8")
     total, trainable, _ = count_parameters(options, llama_config(SMALL_LLAMA))
     assert 0 < trainable < total / 10
 

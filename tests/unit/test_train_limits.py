@@ -10,7 +10,7 @@ import pytest
 
 from zerokit.foundations.errors import UserError
 from zerokit.train.model import check_limits, model_config
-from zerokit.train.options import TrainOptions
+from zerokit.train.options import TrainFlags
 from zerokit.training.embedded import GPT2_SIZE, prepare_embedded
 
 
@@ -29,7 +29,7 @@ def config_folder(folder: Path, **config) -> str:
     return str(folder)
 
 
-def refusal(options: TrainOptions, tokenizer) -> str:
+def refusal(options: TrainFlags, tokenizer) -> str:
     with pytest.raises(UserError) as refused:
         check_limits(options, tokenizer, model_config(options, tokenizer))
     return str(refused.value)
@@ -37,13 +37,11 @@ def refusal(options: TrainOptions, tokenizer) -> str:
 
 def test_a_block_size_past_the_models_positions(tmp_path: Path, tokenizer):
     model = config_folder(tmp_path, vocab_size=len(tokenizer))
-    assert refusal(TrainOptions(model=model, block_size=128), tokenizer) == (
+    assert refusal(TrainFlags(model=model, block_size=128), tokenizer) == (
         "--block-size 128 is past the model's 64 positions (max_position_embeddings in its config): "
         "give --block-size 64 or less"
     )
-    check_limits(
-        TrainOptions(model=model, block_size=64), tokenizer, model_config(TrainOptions(model=model), tokenizer)
-    )
+    check_limits(TrainFlags(model=model, block_size=64), tokenizer, model_config(TrainFlags(model=model), tokenizer))
 
 
 def test_prepared_blocks_past_the_models_positions(tmp_path: Path, tokenizer):
@@ -51,7 +49,7 @@ def test_prepared_blocks_past_the_models_positions(tmp_path: Path, tokenizer):
     blocks = tmp_path / "blocks"
     blocks.mkdir()
     (blocks / "zerokit-prepared.json").write_text(json.dumps({"block_size": 128, "vocab_size": len(tokenizer)}))
-    assert refusal(TrainOptions(model=model, dataset=str(blocks)), tokenizer) == (
+    assert refusal(TrainFlags(model=model, dataset=str(blocks)), tokenizer) == (
         f"the 128-token blocks of --dataset {blocks} are past the model's 64 positions (max_position_embeddings in "
         "its config): run `prepare tokenize` again with --block-size 64"
     )
@@ -59,16 +57,16 @@ def test_prepared_blocks_past_the_models_positions(tmp_path: Path, tokenizer):
 
 def test_a_tokenizer_larger_than_the_pretrained_models_embedding(tmp_path: Path, tokenizer):
     model = config_folder(tmp_path, vocab_size=100)
-    assert refusal(TrainOptions(model=model, tokenizer="tok"), tokenizer) == (
+    assert refusal(TrainFlags(model=model, tokenizer="tok"), tokenizer) == (
         f"the tokenizer has {len(tokenizer)} tokens, more than the 100 the model embeds (vocab_size): use the "
         "model's own tokenizer (drop --tokenizer), or --from-scratch to fit a new embedding to it"
     )
-    scratch = TrainOptions(model=model, from_scratch=True)  # its config is fitted to the tokenizer
+    scratch = TrainFlags(model=model, from_scratch=True)  # its config is fitted to the tokenizer
     check_limits(scratch, tokenizer, model_config(scratch, tokenizer))
 
 
 def test_a_fresh_config_made_smaller_than_its_tokenizer(tokenizer):
-    options = TrainOptions(model_type="gpt2", config_overrides="vocab_size=100")
+    options = TrainFlags(model_type="gpt2", config_overrides="vocab_size=100")
     assert refusal(options, tokenizer) == (
         f"the tokenizer has {len(tokenizer)} tokens, more than the 100 the model embeds (vocab_size): "
         "drop vocab_size from --config-overrides"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from collections.abc import Callable
 
 from zerokit.foundations.errors import UserError
 
@@ -32,11 +33,28 @@ def tcp_port(name: str, value: str, fix: str) -> int:
     return port
 
 
-def count(name: str, value: str) -> int:
-    """A whole number of at least 1 (ranks, processes)."""
-    number = whole_number(name, value, "give a whole number of at least 1")
-    if number < 1:
-        raise UserError(f"{name} must be at least 1, got {number}")
+def at_least(low: int) -> Callable[[str, str], int]:
+    """The check of a whole number of at least `low`."""
+
+    def check(name: str, value: str) -> int:
+        number = whole_number(name, value, f"give a whole number of at least {low}")
+        if number < low:
+            raise UserError(f"{name} must be at least {low}, got {number}")
+        return number
+
+    check.__name__ = f"at_least_{low}"
+    return check
+
+
+count = at_least(1)  # ranks, processes, layers
+tokens_per_block = at_least(2)  # a block of 1 token has no next token to learn
+
+
+def percent_below_100(name: str, value: str) -> int:
+    """A whole percentage from 0 to 99 (a share held out)."""
+    number = whole_number(name, value, "give a whole number from 0 to 99")
+    if number > 99:
+        raise UserError(f"{name} must be from 0 to 99, got {number}")
     return number
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.train.model import embedded_cache_dir, pick_block_size
-from zerokit.train.options import TrainOptions
+from zerokit.train.options import TrainFlags
 
 
-def load_datasets(options: TrainOptions, tokenizer, model, args):
+def load_datasets(options: TrainFlags, tokenizer, model, args):
     """train/validation blocks: memory-mapped when `prepare tokenize` made them, else tokenized here."""
     from zerokit.training.data import resolve_source
 
@@ -26,7 +26,7 @@ def load_datasets(options: TrainOptions, tokenizer, model, args):
     return blocks
 
 
-def load_prepared(options: TrainOptions, tokenizer, model, rank: int):
+def load_prepared(options: TrainFlags, tokenizer, model, rank: int):
     import datasets
 
     from zerokit.prepare.pack import read_prepared
@@ -52,7 +52,7 @@ def load_prepared(options: TrainOptions, tokenizer, model, rank: int):
     return blocks
 
 
-def tokenize_datasets(options: TrainOptions, tokenizer, block_size: int, seed: int):
+def tokenize_datasets(options: TrainFlags, tokenizer, block_size: int, seed: int):
     from zerokit.training.data import DatasetSource, load_raw, resolve_source, stream_blocks, tokenize_and_group
 
     if options.streaming:

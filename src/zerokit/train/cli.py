@@ -1,4 +1,4 @@
-"""The `train` command: flags -> TrainOptions, checked before torch is imported, then the ranks.
+"""The `train` command: flags -> TrainFlags, checked before torch is imported, then the ranks.
 
 zerokit's own flags are parsed here; every other flag is a `TrainingArguments` flag and goes
 to HfArgumentParser, so `--learning_rate`, `--max_steps`, `--bf16` ... work as in run_clm.
@@ -18,7 +18,7 @@ from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, from_namespace, option_strings
 from zerokit.train import pipeline
 from zerokit.train.layout import ParallelLayout
-from zerokit.train.options import EMBEDDED_DIFFERENCE, HF_DIFFERENCES, TrainOptions
+from zerokit.train.options import EMBEDDED_DIFFERENCE, HF_DIFFERENCES, TrainFlags
 from zerokit.train.run import train
 from zerokit.train.tensor_parallel import check_config, check_model_type
 from zerokit.training.hf_flags import check_hf_flags
@@ -27,7 +27,7 @@ from zerokit.training.lora import parse_lora
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     return command_parser(
-        TrainOptions,
+        TrainFlags,
         environ,
         prog="train",
         description="Train a causal LM with the HF Trainer and DeepSpeed ZeRO. With no --model/--dataset, "
@@ -45,19 +45,12 @@ def hf_differences_text() -> str:
     return "\n".join(["where train differs from Hugging Face's TrainingArguments defaults:", *lines, embedded])
 
 
-def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[TrainOptions, list[str]]:
+def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[TrainFlags, list[str]]:
     """Split argv into zerokit's options (validated) and the TrainingArguments flags."""
     parser = build_parser(environ)
     namespace, hf_argv = parser.parse_known_args(argv)
     check_hf_flags(hf_argv, option_strings(parser))
-    options = from_namespace(TrainOptions, namespace)
-    if options.nproc_per_node < 1:
-        raise UserError(f"--nproc-per-node must be at least 1, got {options.nproc_per_node}")
-    if options.block_size is not None and options.block_size < 2:  # a block of 1 token has no next token to learn
-        raise UserError(f"--block-size must be at least 2, got {options.block_size}")
-    if not 0 <= options.validation_split_percentage < 100:
-        percent = options.validation_split_percentage
-        raise UserError(f"--validation-split-percentage must be from 0 to 99, got {percent}")
+    options = from_namespace(TrainFlags, namespace)
     check_config(options.tp_size, options.config, options.ds_config)  # a missing or broken one fails now too
     model_type = "gpt2" if options.embedded else options.model_type or ""  # --model's is read in the ranks
     check_model_type(options.tp_size, model_type, embedded=options.embedded)
@@ -74,9 +67,7 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[Tra
     return options, hf_argv
 
 
-def check_fine_tuning(options: TrainOptions) -> None:
-    if options.train_last_layers is not None and options.train_last_layers < 1:
-        raise UserError(f"--train-last-layers must be at least 1, got {options.train_last_layers}")
+def check_fine_tuning(options: TrainFlags) -> None:
     if options.lora is not None:
         parse_lora(options.lora)  # a bad spec fails now, not in the ranks
         if options.train_last_layers:
@@ -85,7 +76,7 @@ def check_fine_tuning(options: TrainOptions) -> None:
         raise UserError("--merge needs --lora and a pretrained --model (the base the adapter is merged into)")
 
 
-def check_hub_inputs(options: TrainOptions) -> None:
+def check_hub_inputs(options: TrainFlags) -> None:
     """Offline (the default): Hub names must be in the cache; fail now, in one line, naming `prepare`."""
     from zerokit.runs import offline
     from zerokit.training.model_source import is_path, require_model_folder, require_tokenizer_folder
@@ -155,7 +146,7 @@ def main(argv: list[str]) -> int:
     return train(options, layout, hf_argv)
 
 
-def check_layout(options: TrainOptions, environ: MutableMapping[str, str]) -> ParallelLayout:
+def check_layout(options: TrainFlags, environ: MutableMapping[str, str]) -> ParallelLayout:
     """How the ranks divide, checked once per process and before torch: the ranks --nproc-per-node starts
     (before they start), or those of this rank's job (its scheduler's variables, or a world of 1, set here)."""
     if options.nproc_per_node > 1:

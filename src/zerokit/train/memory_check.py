@@ -13,11 +13,11 @@ import os
 import sys
 
 from zerokit.foundations.errors import UserError
-from zerokit.train.options import TrainOptions
+from zerokit.train.options import TrainFlags
 from zerokit.training.memory_need import Node, Setup, judge
 
 
-def count_parameters(options: TrainOptions, config, zero3_hook=None) -> tuple[int, int, int]:
+def count_parameters(options: TrainFlags, config, zero3_hook=None) -> tuple[int, int, int]:
     """(all, trainable) parameters of the model this run builds from config, counted on the meta device, and
     the bytes of each as built (the config's dtype, as from_config and from_pretrained build it).
 
@@ -45,7 +45,7 @@ def count_parameters(options: TrainOptions, config, zero3_hook=None) -> tuple[in
     return total, sum(p.numel() for p in parameters if p.requires_grad), parameters[0].element_size()
 
 
-def setup(options: TrainOptions, args, counted: tuple[int, int, int], world: int, on_gpu: bool) -> Setup:
+def setup(options: TrainFlags, args, counted: tuple[int, int, int], world: int, on_gpu: bool) -> Setup:
     """The numbers of this run: its DeepSpeed config (ZeRO stage, offload, precision) and its layout."""
     ds = json.loads(options.ds_config.read_text()) if options.ds_config else {}
     zero = ds.get("zero_optimization") or {}
@@ -85,7 +85,7 @@ def probe_node(on_gpu: bool, device) -> Node:
     return Node(host_available=host_available(), ranks=ranks, device_free=free)
 
 
-def check_memory(options: TrainOptions, args, config, world: int, on_gpu: bool) -> int:
+def check_memory(options: TrainFlags, args, config, world: int, on_gpu: bool) -> int:
     """Refuse a run that cannot fit this node, warn (once per node) about one that barely does; returns the
     model's parameter count."""
     run = setup(

@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
-from zerokit.train.options import TrainOptions
+from zerokit.train.options import TrainFlags
 
 
-def load_tokenizer(options: TrainOptions):
+def load_tokenizer(options: TrainFlags):
     from transformers import AutoTokenizer
 
     if options.embedded or (options.model_type and not options.tokenizer):
@@ -20,7 +20,7 @@ def load_tokenizer(options: TrainOptions):
     return AutoTokenizer.from_pretrained(options.tokenizer or options.model)
 
 
-def model_config(options: TrainOptions, tokenizer):
+def model_config(options: TrainFlags, tokenizer):
     """The config of the model to train: --model's, or a fresh one (embedded, --model-type, --from-scratch) fitted
     to the tokenizer with --config-overrides applied; read before the model is built, so its shape can be checked."""
     from transformers import CONFIG_MAPPING, AutoConfig
@@ -51,7 +51,7 @@ def model_config(options: TrainOptions, tokenizer):
     return config
 
 
-def load_model(options: TrainOptions, config):
+def load_model(options: TrainFlags, config):
     """from_pretrained for --model; else random weights from config (model_config's)."""
     from transformers import AutoModelForCausalLM
 
@@ -68,7 +68,7 @@ def fit_to_tokenizer(config, tokenizer):
     return config
 
 
-def fine_tuning(options: TrainOptions, model, args):
+def fine_tuning(options: TrainFlags, model, args):
     """--lora wraps the model in adapters; --train-last-layers freezes the rest; else unchanged."""
     from zerokit.training.lora import apply_lora, count_parameters, parse_lora, train_last_layers
 
@@ -102,7 +102,7 @@ def check_block_size(block_size: int, config, said: str, fix: str) -> None:
         )
 
 
-def check_limits(options: TrainOptions, tokenizer, config) -> None:
+def check_limits(options: TrainFlags, tokenizer, config) -> None:
     """What the config is enough to refuse before the weights load, each in one line: blocks past the model's
     positions (--block-size, or the blocks `prepare tokenize` wrote), or a tokenizer with more tokens than the
     model embeds (its ids would index past the embedding). A fresh config is fitted to its tokenizer, so there
@@ -128,7 +128,7 @@ def check_limits(options: TrainOptions, tokenizer, config) -> None:
         )
 
 
-def pick_block_size(options: TrainOptions, tokenizer, model, wanted: int | None = None) -> int:
+def pick_block_size(options: TrainFlags, tokenizer, model, wanted: int | None = None) -> int:
     """The block size: `wanted` (the prepared blocks') or --block-size, within the model's positions; else the
     model's maximum, the tokenizer's and 1024, whichever is least."""
     wanted = wanted or options.block_size

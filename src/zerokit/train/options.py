@@ -54,7 +54,7 @@ def training_defaults(embedded: bool, training_flags: Sequence[str]) -> dict[str
 
 
 @dataclass(frozen=True)
-class TrainOptions:
+class TrainFlags:
     """zerokit's own `train` flags, each defined once here (zerokit.foundations.flags); the TrainingArguments ones
     are kept apart and go to Hugging Face."""
 
@@ -89,14 +89,23 @@ class TrainOptions:
     )
     text_column: str = flag("--text-column", default="text", help="column holding the text in jsonl/csv/Arrow data")
     validation_split_percentage: int = flag(
-        "--validation-split-percentage", default=5, type=int, help="eval split taken from train when none exists"
+        "--validation-split-percentage",
+        default=5,
+        check=values.percent_below_100,
+        help="eval split taken from train when none exists",
     )
     block_size: int | None = flag(
-        "--block-size", type=int, help="tokens per training sequence (default: the model's maximum, at most 1024)"
+        "--block-size",
+        check=values.tokens_per_block,
+        help="tokens per training sequence (default: the model's maximum, at most 1024)",
     )
     # Not from ZEROKIT_NPROC_PER_NODE: that is launch's, and every rank that launch starts would spawn again.
     nproc_per_node: int = flag(
-        "--nproc-per-node", default=1, type=int, env=False, help="start this many local ranks (CPU cores or GPUs)"
+        "--nproc-per-node",
+        default=1,
+        check=values.count,
+        env=False,
+        help="start this many local ranks (CPU cores or GPUs)",
     )
     tp_size: int = flag(
         "--tp-size",
@@ -120,7 +129,7 @@ class TrainOptions:
         "--lora", nargs="?", const="", metavar="SPEC", help=f"train LoRA adapters (peft): {LORA_FORMAT}"
     )
     train_last_layers: int | None = flag(
-        "--train-last-layers", type=int, metavar="N", help="train only the last N transformer layers"
+        "--train-last-layers", check=values.count, metavar="N", help="train only the last N transformer layers"
     )
     merge: bool = flag(
         "--merge",

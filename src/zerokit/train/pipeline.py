@@ -25,7 +25,7 @@ UNSERVED = {
 
 
 def check_options(options) -> None:
-    """--pp-size against the other options and the DeepSpeed config (TrainOptions; before torch)."""
+    """--pp-size against the other options and the DeepSpeed config (TrainFlags; before torch)."""
     pp = options.pp_size
     if pp is None:
         return

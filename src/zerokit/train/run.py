@@ -20,7 +20,7 @@ from zerokit.train.layout import ParallelLayout
 from zerokit.train.memory_check import check_memory
 from zerokit.train.model import check_limits, fine_tuning, load_model, load_tokenizer, model_config
 from zerokit.train.options import (
-    TrainOptions,
+    TrainFlags,
     ds_config_argument,
     training_defaults,
 )
@@ -29,7 +29,7 @@ from zerokit.train.training_run import TrainingRun
 from zerokit.training.memory_need import count
 
 
-def train(options: TrainOptions, layout: ParallelLayout, training_flags: Sequence[str] = ()) -> int:
+def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[str] = ()) -> int:
     """Build everything and train; called once per rank.
 
     layout: how the job's ranks divide, checked against its world (ParallelLayout.check; the `train` command
@@ -125,7 +125,7 @@ def train(options: TrainOptions, layout: ParallelLayout, training_flags: Sequenc
     return run.execute(TrainerEngine)
 
 
-def training_arguments(options: TrainOptions, training_flags: Sequence[str], universal: bool, on_gpu: bool):
+def training_arguments(options: TrainFlags, training_flags: Sequence[str], universal: bool, on_gpu: bool):
     """The run's TrainingArguments: the flags given over zerokit's defaults, and what zerokit's options force."""
     import torch
     from transformers import HfArgumentParser
@@ -153,7 +153,7 @@ def training_arguments(options: TrainOptions, training_flags: Sequence[str], uni
     return args
 
 
-def claim_output_dir(options: TrainOptions, resume: Path | None, rank: int):
+def claim_output_dir(options: TrainFlags, resume: Path | None, rank: int):
     """Rank 0 records the run in its output folder (zerokit.training.outputs), after every rank has checked it.
 
     --overwrite without --resume first removes what an earlier run wrote there (its model, its
@@ -213,7 +213,7 @@ def join_process_group(args, deepspeed: bool) -> None:
             release_own_segment()
 
 
-def _start_message(options: TrainOptions, resume: Path | None, universal: bool, config, parameters: int) -> str:
+def _start_message(options: TrainFlags, resume: Path | None, universal: bool, config, parameters: int) -> str:
     """Where the run starts; a fresh config (--model-type, --from-scratch) also says the model it makes."""
     line = _resume_message(options, resume, universal)
     if options.model_type or options.from_scratch:
@@ -221,7 +221,7 @@ def _start_message(options: TrainOptions, resume: Path | None, universal: bool, 
     return line
 
 
-def _resume_message(options: TrainOptions, resume: Path | None, universal: bool) -> str:
+def _resume_message(options: TrainFlags, resume: Path | None, universal: bool) -> str:
     if resume:
         return f"zerokit: resuming from {resume}" + (" (its universal form: another rank count)" if universal else "")
     if options.resume == "auto":

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from zerokit.foundations.errors import RunFailure
 from zerokit.train.layout import ParallelLayout
-from zerokit.train.options import TrainOptions
+from zerokit.train.options import TrainFlags
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainingArguments
@@ -52,7 +52,7 @@ class Engine(Protocol):
 class TrainingRun:
     """What one rank's run carries from its set-up (zerokit.train.run) to its engine."""
 
-    options: TrainOptions
+    options: TrainFlags
     args: TrainingArguments
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
