@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import isolated_env, logged_losses, run_zerokit
+from tests.conftest import logged_losses, run_zerokit
 from tests.e2e.test_preemption import interrupted
 from tests.e2e.test_tensor_parallel import RTOL, TINY_LLAMA
 from zerokit.runs.preemption import REQUEUE_EXIT_CODE
@@ -31,16 +31,6 @@ def llama_argv(output: Path, ranks: int, pp: int, *extra: str) -> list[str]:
         "--block-size", "64", "--max_steps", str(STEPS), "--per_device_train_batch_size", "4",
         "--gradient_accumulation_steps", "2", "--learning_rate", "3e-3", "--logging_steps", "1", "--seed", "7", *extra,
     ]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory) -> dict[str, str]:
-    return isolated_env(tmp_path_factory.mktemp("env"))
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("runs")
 
 
 def trained(argv: list[str], env: dict[str, str]):
