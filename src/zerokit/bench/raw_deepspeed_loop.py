@@ -43,7 +43,8 @@ def evaluate(engine, dataset, micro: int, world: int, rank: int) -> float:
     with torch.no_grad():
         for batch in loader:
             loss = engine(**{k: v.to(engine.device) for k, v in batch.items()}).loss
-            total += torch.stack([loss.float() * len(batch["input_ids"]), torch.tensor(len(batch["input_ids"]))])
+            rows = len(batch["input_ids"])
+            total += torch.stack([loss.float() * rows, torch.tensor(float(rows), device=engine.device)])
     engine.train()
     torch.distributed.all_reduce(total)
     return (total[0] / total[1]).item()
