@@ -98,6 +98,7 @@ SAMPLES = {
     values.int_list: ("3,4", (3, 4)),
     values.count: ("3", 3),
     values.tokens_per_block: ("64", 64),
+    values.none_or_more: ("2", 2),
     values.percent_below_100: ("10", 10),
     values.seconds: ("12.5", 12.5),
     values.seconds_or_zero: ("12.5", 12.5),

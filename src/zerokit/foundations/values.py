@@ -48,6 +48,7 @@ def at_least(low: int) -> Callable[[str, str], int]:
 
 count = at_least(1)  # ranks, processes, layers
 tokens_per_block = at_least(2)  # a block of 1 token has no next token to learn
+none_or_more = at_least(0)  # restarts
 
 
 def percent_below_100(name: str, value: str) -> int:

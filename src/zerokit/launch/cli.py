@@ -85,4 +85,4 @@ def run(config: LaunchConfig) -> int:
     if the_plan.mode == "remote" and config.launcher == "pdsh":
         write_deepspeed_env(the_plan, Path(config.workdir))
     startup_marks.pass_on(os.environ, "launch ")  # for bench's start-up breakdown (StepClock)
-    return execute(the_plan, config.stop_grace, config.stall_timeout)
+    return execute(the_plan, config.stop_grace, config.stall_timeout, config.max_restarts)

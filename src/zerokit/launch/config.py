@@ -14,7 +14,7 @@ from zerokit.cluster.base import hostfile_lines_hosts
 from zerokit.cluster.detect import NAMES as SCHEDULERS
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, flag, from_namespace
-from zerokit.foundations.values import count, factor, seconds, seconds_or_zero, tcp_port
+from zerokit.foundations.values import count, factor, none_or_more, seconds, seconds_or_zero, tcp_port
 from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckConfig
 from zerokit.launch.head import HEAD_LAUNCHERS
 from zerokit.launch.nccl_plugin import NcclPlugin, nccl_plugin
@@ -100,6 +100,15 @@ class LaunchFlags:
         help="when no rank has made progress (a collective, a training step, a heartbeat) for SECONDS, get every "
         "rank's Python stacks, name the rank stuck outside any collective, and end the job; a rank waiting for "
         f"peers that never start is named within it too (default {DEFAULT_STALL_TIMEOUT:g}; 0: off)",
+    )
+    max_restarts: int = flag(
+        "--max-restarts",
+        metavar="N",
+        default=0,
+        check=none_or_more,
+        help="when a rank dies of a machine fault (killed by SIGKILL, SIGSEGV, SIGBUS, SIGABRT..., the OOM killer, "
+        "or the stall watch), stop the others and start the job again, train with --resume auto, up to N times; "
+        "faults are logged beside the output folder (default 0: never; one node's --nproc-per-node ranks only)",
     )
     check: bool = flag(
         "--check",
@@ -196,6 +205,7 @@ class LaunchConfig:
     preflight: bool
     stop_grace: float  # seconds between passing a stop signal on to the ranks and killing them
     stall_timeout: float = DEFAULT_STALL_TIMEOUT  # seconds without progress on any rank that end the job; 0: off
+    max_restarts: int = 0  # restarts of the local ranks after a machine fault (zerokit.launch.restart)
     check: CheckConfig | None = None  # --check/--check-only: every rank runs the health check first
     strict_ops: bool = False  # refuse, not warn, when the job needs a DeepSpeed op that is not prebuilt
     nccl_plugin: NcclPlugin | None = None  # the host's NCCL net plugin, for the ranks
@@ -291,6 +301,7 @@ def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
         preflight=not flags.no_preflight,
         stop_grace=flags.stop_grace,
         stall_timeout=flags.stall_timeout,
+        max_restarts=flags.max_restarts,
         check=options if flags.check or flags.check_only else None,
         strict_ops=flags.strict_ops,
         nccl_plugin=nccl_plugin(flags.nccl_plugin, flags.nccl_net_strict),

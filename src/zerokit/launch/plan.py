@@ -77,9 +77,22 @@ def plan(
     free_port: Callable[[], int],
 ) -> Plan:
     """The plan for this process. Raises UserError for a setup that cannot work, naming the fix."""
+    made = _plan(config, cluster, environ, cpu_count, interface_to, free_port)
+    check_restarts(config.max_restarts, made)
     if config.check is not None and config.launcher not in HEAD_LAUNCHERS:
-        return _with_check(_plan(config, cluster, environ, cpu_count, interface_to, free_port), config)
-    return _plan(config, cluster, environ, cpu_count, interface_to, free_port)
+        return _with_check(made, config)
+    return made
+
+
+def check_restarts(max_restarts: int, plan: Plan) -> None:
+    """--max-restarts restarts the ranks one launch supervises, so they must be the whole job: on several nodes,
+    the other nodes' ranks would wait for the restarted ones in a rendezvous that is gone."""
+    if max_restarts and (plan.mode != "spawn" or plan.nnodes > 1):
+        where = f"{plan.nnodes} nodes" if plan.mode == "spawn" else f"{plan.mode} mode under {plan.environment}"
+        raise UserError(
+            f"--max-restarts restarts the ranks of a job on one node (launch --nproc-per-node K on it), this is "
+            f"{where}: drop --max-restarts (and ZEROKIT_MAX_RESTARTS), or run the job on one node"
+        )
 
 
 def _with_check(plan: Plan, config: LaunchConfig) -> Plan:

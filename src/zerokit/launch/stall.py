@@ -149,6 +149,11 @@ class StallWatch:
             line = line.replace(f"stacks in {target}", f"stacks not written to {target} ({err.strerror})")
         return line
 
+    def reset(self) -> None:
+        """Forget the ended ranks' progress: restarted ranks are watched from their own first progress on."""
+        for path in self.folder.glob("rank-*.progress"):
+            path.unlink(missing_ok=True)
+
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
 

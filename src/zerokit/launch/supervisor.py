@@ -26,6 +26,9 @@
   (a rank killed before it removed its own: zerokit.cluster.shm_segments).
 - Exit code: that of the first rank that failed on its own (128+N when signal N killed it), else 124
   after a stall, else 128+N when launch itself got stop signal N, else 0.
+- Of ranks seen ended at the same look, one killed by a machine fault (zerokit.launch.restart) is taken as the
+  first to fail: its peers' collectives fail a moment after it died, and they must not hide the cause.
+  `Supervisor.fault` says whether the job ended by such a fault (zerokit.launch.execute restarts it then).
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from zerokit.cluster.shm_segments import remove_segments
@@ -47,6 +51,7 @@ from zerokit.foundations.errors import UserError
 from zerokit.launch.command import Command
 from zerokit.launch.oom import SIGKILL_EXITS, oom_cause
 from zerokit.launch.rank.progress import STALL_EXIT_CODE
+from zerokit.launch.restart import is_machine_fault
 from zerokit.launch.stall import StallWatch, Watched
 from zerokit.training import node_memory
 
@@ -104,12 +109,18 @@ def output_dir(argv: Sequence[str]) -> str | None:
     return next((value for flag in OUTPUT_DIR_FLAGS if (value := flag_value(argv, flag))), None)
 
 
-def outputs_state(argv: Sequence[str]) -> str:
+def has_final_model(argv: Sequence[str]) -> bool:
     """Whether the final model of the command's run is in its output folder (relative to launch's)."""
+    folder = output_dir(argv)
+    return folder is not None and any((Path(folder) / name).is_file() for name in FINAL_MODEL_FILES)
+
+
+def outputs_state(argv: Sequence[str]) -> str:
+    """Whether the final model of the command's run is in its output folder, in words."""
     folder = output_dir(argv)
     if folder is None:
         return "no --output_dir on its command line to check its outputs"
-    if any((Path(folder) / name).is_file() for name in FINAL_MODEL_FILES):
+    if has_final_model(argv):
         return f"the final model is in {folder}: the run's outputs are complete"
     return f"no final model in {folder}: the run's outputs are incomplete"
 
@@ -171,15 +182,32 @@ def say(line: str) -> None:
     print(f"launch: {line}", file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class Fault:
+    """A machine fault that ended the ranks (zerokit.launch.restart): who, the exit status, and how to say it."""
+
+    who: str  # "rank 1 (local 1)", or "the ranks" for a stall
+    rank: str | None  # its global rank; None for a stall
+    code: int  # launch's exit status for it
+    cause: str  # "was killed by SIGKILL (exit 137)", the OOM killer's words, or the stall's line
+
+
 class Supervisor:
     """Watches the ranks until every one has exited; see the module's docstring for the rules."""
 
-    def __init__(self, ranks: list[Rank], stop_grace: float, stall: StallWatch | None = None) -> None:
+    def __init__(
+        self,
+        ranks: list[Rank],
+        stop_grace: float,
+        stall: StallWatch | None = None,
+        received: list[int] | None = None,
+    ) -> None:
         self.ranks = ranks  # filled as they start, once the signal handlers are in place
         self.stop_grace = stop_grace
         self.stall = stall
         self.stalled: str | None = None  # the line naming the stuck rank(s), once the watch found a stall
-        self.received: list[int] = []  # signals to launch, queued by the handler, handled by the loop
+        # Signals to launch, queued by the handler (queued_signals: one queue for every restart), handled by the loop.
+        self.received: list[int] = [] if received is None else received
         self.stop_signal: int | None = None  # the first stop signal launch got
         self.failure: Rank | None = None  # the first rank that failed on its own
         self.deadline: float | None = None  # when ranks still running get SIGKILL
@@ -188,9 +216,6 @@ class Supervisor:
         self.usage_wait: float | None = None  # until when the others may end on their own (USAGE_GRACE)
         self.oom_kills = node_memory.oom_kills()  # the cgroup's count before any rank starts
         self.cause: str | None = None  # the OOM killer's part in the first failure, when the kernel tells
-
-    def on_signal(self, signum: int, _frame: object) -> None:
-        self.received.append(signum)
 
     def run(self) -> int:
         while True:
@@ -240,9 +265,8 @@ class Supervisor:
         self._arm("SIGTERM")
 
     def _reap(self) -> None:
-        for rank in self.ranks:
-            if rank in self.exited or rank.running():
-                continue
+        ended = [rank for rank in self.ranks if rank not in self.exited and not rank.running()]
+        for rank in sorted(ended, key=lambda r: not is_machine_fault(r.process.returncode)):
             self.exited.add(rank)
             returncode = rank.process.returncode
             if returncode == 0 or rank.killed or self.failure is not None or self.stalled is not None:
@@ -287,6 +311,18 @@ class Supervisor:
         if line is not None:
             say(line)
 
+    def fault(self) -> Fault | None:
+        """The machine fault that ended the ranks (zerokit.launch.restart), None when they ended otherwise."""
+        if self.stop_signal is not None:
+            return None
+        failed = self.failure
+        if failed is not None and is_machine_fault(failed.process.returncode):
+            cause = self.cause or describe_exit(failed.process.returncode)
+            return Fault(failed.label, failed.rank, exit_code(failed.process.returncode), cause)
+        if failed is None and self.stalled is not None:
+            return Fault("the ranks", None, STALL_EXIT_CODE, self.stalled)
+        return None
+
     def _exit_code(self) -> int:
         if self.failure is not None:
             return exit_code(self.failure.process.returncode)
@@ -319,23 +355,42 @@ def execute_commands(
     """Run every command at once under a Supervisor; its exit code (see the module's docstring).
 
     `stall`: the watch whose folder the commands' environment names (zerokit.launch.stall), if any."""
-    ranks: list[Rank] = []
-    supervisor = Supervisor(ranks, stop_grace, stall)
-    # Before any rank starts. A signal ignored from the start stays ignored (`nohup launch ...`).
+    with queued_signals() as received:
+        return supervise(commands, stop_grace, stall, received)[0]
+
+
+@contextlib.contextmanager
+def queued_signals() -> Iterator[list[int]]:
+    """Stop and warning signals to launch queued for the Supervisor(s) run meanwhile, from before any rank
+    starts until the last has ended (across restarts too). A signal ignored from the start stays ignored
+    (`nohup launch ...`)."""
+    received: list[int] = []
     handled = [sig for sig in (*STOP_SIGNALS, *WARNING_SIGNALS) if signal.getsignal(sig) != signal.SIG_IGN]
-    previous = {sig: signal.signal(sig, supervisor.on_signal) for sig in handled}
+    previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum)) for sig in handled}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def supervise(
+    commands: Sequence[Command], stop_grace: float, stall: StallWatch | None, received: list[int]
+) -> tuple[int, Supervisor]:
+    """Start every command, watch them under a Supervisor until all have ended; the exit code, and the
+    Supervisor (what ended them). Signals come queued in `received` (queued_signals)."""
+    ranks: list[Rank] = []
+    supervisor = Supervisor(ranks, stop_grace, stall, received)
     try:
         for command in commands:
             try:
                 ranks.append(Rank(command))
             except OSError as err:  # what cli's check of the program cannot see (ENOEXEC) or a race
                 say(f"cannot start {label(command)}: {command.argv[0]}: {err.strerror}")
-                return 127 if err.errno == errno.ENOENT else 126
-        return supervisor.run()
+                return (127 if err.errno == errno.ENOENT else 126), supervisor
+        return supervisor.run(), supervisor
     finally:
         for rank in ranks:  # the job is over: nothing a rank started outlives it
             rank.kill_group()
             rank.process.wait()
         remove_segments({**os.environ, **command.env} for command in commands[: len(ranks)])
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -4,7 +4,10 @@ RunRecorder is a TrainerCallback. Rank 0 writes the record (atomically: a crash 
 the new one) when the Trainer is built, again once DeepSpeed has started (the config HF resolved, no
 "auto" left), into each checkpoint it saves (listed in the checkpoint's zerokit-checkpoint.json, so the
 damage check covers it), and at the end with the end time. A resumed run's record names the chain of
-checkpoints it came from: the checkpoint it resumed, then that checkpoint's own chain.
+checkpoints it came from: the checkpoint it resumed, then that checkpoint's own chain. A run that
+`launch --max-restarts` restarted after a machine fault lists the faults and restarts of that launch so far
+("restarts": when, node, rank, cause, exit status, restart number, the checkpoint resumed from), read from the
+log launch names to it (zerokit.foundations.restart_log).
 
 The file is written after the output folder is claimed (zerokit.training.outputs), so the folder's record
 counts it as this run's: `--overwrite` removes it with the rest of the run's files.
@@ -23,6 +26,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from zerokit.foundations.files import write_json
+from zerokit.foundations.restart_log import inherited_events
 from zerokit.image.provenance import (
     FORMAT,
     RECORD_NAME,
@@ -136,6 +140,7 @@ class RunRecorder(TrainerCallback):
                 "parallelism": self.layout or None,
                 "deepspeed": deepspeed_section(config_name, config_file, args.deepspeed),
                 "resumed_from": resume_chain(resume),
+                "restarts": inherited_events(self.environ),
             }
             write_record(self.output_dir / RECORD_NAME, self.record)
         return control
