@@ -23,7 +23,7 @@ from zerokit.bench.plan import (
     plan_runs,
 )
 from zerokit.foundations.errors import UserError
-from zerokit.foundations.flags import command_parser, flag, from_namespace
+from zerokit.foundations.flags import command_parser, flag, flag_value, from_namespace
 from zerokit.foundations.values import int_list
 from zerokit.launch.config import REMOTE_LAUNCHERS
 from zerokit.training import outputs
@@ -201,12 +201,6 @@ def checked_configs(text: str, ranks: int) -> list[str]:
     return names
 
 
-def accumulation(train_args: tuple[str, ...]) -> int:
-    """--gradient_accumulation_steps N among the TrainingArguments flags (1 when not given)."""
-    flag = "--gradient_accumulation_steps"
-    return int(train_args[train_args.index(flag) + 1]) if flag in train_args[:-1] else 1
-
-
 def plain_inputs(cfg: BenchConfig) -> PlainInputs | None:
     """The files the plain script needs for the same job; None when it cannot run that job."""
     if cfg.plain_script is None or "overhead" in cfg.skip:
@@ -274,7 +268,8 @@ def main(argv: list[str]) -> int:
     if cfg.preset:
         from zerokit.bench.presets import make_inputs
 
-        samples = cfg.steps * cfg.batch_size * max(cfg.ranks) * max(cfg.nodes) * accumulation(cfg.train_args)
+        accumulation = int(flag_value(cfg.train_args, "--gradient_accumulation_steps") or 1)
+        samples = cfg.steps * cfg.batch_size * max(cfg.ranks) * max(cfg.nodes) * accumulation
         made = make_inputs(cfg.preset, cfg.output, samples, cfg.block_size or 0)
         print(f"bench: preset {cfg.preset}: a GPT-2 of {made['parameters']:,} parameters, {made['corpus_tokens']:,} "
               "tokens of text")  # fmt: skip

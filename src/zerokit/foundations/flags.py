@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from zerokit.foundations.errors import UserError
@@ -183,4 +183,15 @@ def single_value(field: dataclasses.Field, action: argparse.Action, name: str, t
         raise UserError(f"{name}={text!r} is not a valid {kind} for {action.option_strings[0]}") from None
     if action.choices is not None and value not in action.choices:
         raise UserError(f"{name}={text!r}: give one of {', '.join(map(str, action.choices))}")
+    return value
+
+
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of `--flag V` or `--flag=V` in another program's args (the last one wins, as argparse has it)."""
+    value = None
+    for i, word in enumerate(args):
+        if word == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif word.startswith(flag + "="):
+            value = word.split("=", 1)[1]
     return value

@@ -22,6 +22,7 @@ from zerokit.foundations.paths import STACKS_DIR
 from zerokit.image.image_info import read_image_info
 from zerokit.image.runtimes import inside
 from zerokit.image.stack import environment_stack
+from zerokit.training import node_memory
 
 # Facts every node must share; the others (memory, /dev/shm, clocks) are shown, not compared.
 IDENTITY = (
@@ -94,12 +95,9 @@ def file_sha256(path: Path) -> str:
 def mem_available(meminfo: Path = Path("/proc/meminfo")) -> int:
     """Bytes of MemAvailable (0 when unreadable)."""
     try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+        return node_memory.meminfo(meminfo.read_text()).get("MemAvailable", 0)
+    except (OSError, ValueError):
+        return 0
 
 
 def shm_bytes(path: str = "/dev/shm") -> int:

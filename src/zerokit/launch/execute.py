@@ -13,6 +13,7 @@ from pathlib import Path
 
 from zerokit.foundations import restart_log
 from zerokit.foundations.errors import UserError
+from zerokit.foundations.flags import flag_value
 from zerokit.image.provenance import now
 from zerokit.launch.command import Command
 from zerokit.launch.plan import Plan
@@ -21,7 +22,6 @@ from zerokit.launch.restart import log_path, restart_argv
 from zerokit.launch.stall import StallWatch, exec_env, timeout_words
 from zerokit.launch.supervisor import (
     Fault,
-    flag_value,
     has_final_model,
     output_dir,
     outputs_state,

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
+from zerokit.foundations.flags import flag_value
 from zerokit.image.ds_install import Prebuilt
-from zerokit.launch.supervisor import flag_value
 from zerokit.training.ds_configs import DEFAULT_CONFIG, resolve_ds_config
 from zerokit.training.ds_ops import ops_needed
 

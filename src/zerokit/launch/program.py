@@ -13,8 +13,8 @@ import shutil
 from collections.abc import Mapping, Sequence
 
 from zerokit.foundations.errors import UserError
+from zerokit.foundations.flags import flag_value
 from zerokit.launch.command import Command
-from zerokit.launch.supervisor import flag_value
 
 # `launch -- python script.py`: the interpreters run as zerokit's own, through zerokit.launch.rank.user_script.
 PYTHON_NAMES = ("python", "python3")

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from zerokit.cluster.shm_segments import remove_segments
 from zerokit.foundations.errors import UserError
+from zerokit.foundations.flags import flag_value
 from zerokit.launch.command import Command
 from zerokit.launch.oom import SIGKILL_EXITS, oom_cause
 from zerokit.launch.rank.progress import STALL_EXIT_CODE
@@ -91,17 +92,6 @@ def describe_exit(returncode: int) -> str:
     if returncode < 0:
         return f"was killed by {signal_name(-returncode)} (exit {exit_code(returncode)})"
     return f"exited with {returncode}"
-
-
-def flag_value(args: Sequence[str], flag: str) -> str | None:
-    """The value of `--flag V` or `--flag=V` in args (the last one wins, as argparse has it)."""
-    value = None
-    for i, word in enumerate(args):
-        if word == flag and i + 1 < len(args):
-            value = args[i + 1]
-        elif word.startswith(flag + "="):
-            value = word.split("=", 1)[1]
-    return value
 
 
 def output_dir(argv: Sequence[str]) -> str | None:
