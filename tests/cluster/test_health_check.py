@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -137,7 +138,9 @@ def test_check_then_runs_the_command_on_every_rank(cluster3: Cluster, tmp: Path)
     result = cluster3.run("node1", argv, env=node_env(tmp), cwd=tmp, timeout=180)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
-    assert "verdict: PASS" in output
+    pair = re.search(r"^node1 <-> node2: [\d.]+ GB/s via gloo over TCP \(eth0\); latency .*$", output, re.MULTILINE)
+    assert "verdict: PASS" in output and pair, output[-4000:]  # the pair's line names what carried its figure
+    print(f"the pair's line: {pair[0]}")
     assert output.index("verdict: PASS") < output.index("trained as rank")
     assert "trained as rank 0 on node1" in output and "trained as rank 1 on node2" in output  # lines may interleave
 

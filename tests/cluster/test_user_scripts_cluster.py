@@ -23,8 +23,8 @@ def tutorial_job(cluster: Cluster, name: str) -> tuple[Path, list[str]]:
     """A user's folder on the shared filesystem: the tutorial script, its inputs, a hostfile, .deepspeed_env."""
     from transformers import AutoTokenizer
 
+    from zerokit.sources.embedded import model_config, prepare_embedded
     from zerokit.train.model import fit_to_tokenizer
-    from zerokit.training.embedded import model_config, prepare_embedded
 
     tmp = cluster.shared_dir / name
     tmp.mkdir()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
-from zerokit.training.embedded import GPT2_SIZE, prepare_embedded
+from zerokit.sources.embedded import GPT2_SIZE, prepare_embedded
 
 ROWS = [
     {"question": "three plus four", "id": 1},

@@ -19,8 +19,8 @@ import pytest
 
 from tests.conftest import REPO, isolated_env, run_zerokit
 from zerokit.generate.cli import main as generate_main
-from zerokit.training.data import PREPARED_NAME
-from zerokit.training.embedded import prepare_embedded
+from zerokit.sources.data import PREPARED_NAME
+from zerokit.sources.embedded import prepare_embedded
 
 # Enough rows that a SIGTERM sent once the first rows are on disk lands seconds before the last (a loaded CI
 # machine slows the run and the test alike), few enough that every run stays within seconds.

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import run_zerokit
-from zerokit.training.embedded import GPT2_SIZE, prepare_embedded
+from zerokit.sources.embedded import GPT2_SIZE, prepare_embedded
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ import pytest
 from tests.conftest import logged_losses, run_zerokit
 from tests.e2e.test_preemption import interrupted
 from tests.e2e.test_tensor_parallel import RTOL, TINY_LLAMA
-from zerokit.runs.preemption import REQUEUE_EXIT_CODE
-from zerokit.training.checkpoints import newest_complete_checkpoint
+from zerokit.outputs.checkpoints import newest_complete_checkpoint
+from zerokit.train.callbacks.preemption import REQUEUE_EXIT_CODE
 
 STEPS = 20
 

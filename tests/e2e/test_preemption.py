@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO, default_stop_signals, run_zerokit
-from zerokit.runs.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
-from zerokit.training.checkpoints import newest_complete_checkpoint
+from zerokit.outputs.checkpoints import newest_complete_checkpoint
+from zerokit.train.callbacks.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
 
 STEPS = 30
 

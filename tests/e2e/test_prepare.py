@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 from tests.conftest import logged_losses, run_zerokit
-from zerokit.training.data import PREPARED_NAME
-from zerokit.training.embedded import prepare_embedded
+from zerokit.sources.data import PREPARED_NAME
+from zerokit.sources.embedded import prepare_embedded
 
 MODEL = ["--model-type", "gpt2", "--config-overrides", "n_layer=2,n_head=4,n_embd=128,n_positions=64"]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, isolated_env, run_zerokit
-from zerokit.training.checkpoints import SIZES_NAME, damage
-from zerokit.training.outputs import read_record
+from zerokit.outputs.checkpoints import SIZES_NAME, damage
+from zerokit.outputs.ownership import read_record
 
 SECRET = "hf_provenanceTestMarker123"
 

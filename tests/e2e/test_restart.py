@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO, default_stop_signals
-from zerokit.training.checkpoints import newest_complete_checkpoint
+from zerokit.outputs.checkpoints import newest_complete_checkpoint
 
 STEPS = 12
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO, run_zerokit
-from zerokit.training.checkpoints import newest_complete_checkpoint
+from zerokit.outputs.checkpoints import newest_complete_checkpoint
 
 STEPS = 30
 SAVE_STEPS = 5

@@ -25,8 +25,8 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     """The embedded corpus, a tokenizer trained on it, and a tiny GPT-2 config (what a user would download)."""
     from transformers import AutoTokenizer
 
+    from zerokit.sources.embedded import model_config, prepare_embedded
     from zerokit.train.model import fit_to_tokenizer
-    from zerokit.training.embedded import model_config, prepare_embedded
 
     folder = tmp_path_factory.mktemp("user-inputs")
     files, tokenizer = prepare_embedded(folder)

@@ -129,7 +129,7 @@ def test_prepare_with_a_missing_tokenizer_is_one_line(tmp_path: Path, no_torch_e
 
 def test_prepare_overwrite_never_deletes_a_folder_it_did_not_write(tmp_path: Path, zk_env):
     """Case 2 of issue 13: the corpus lives in the output folder; --overwrite must not delete it."""
-    from zerokit.training.embedded import prepare_embedded
+    from zerokit.sources.embedded import prepare_embedded
 
     _, tokenizer = prepare_embedded(tmp_path / "embedded")
     folder = tmp_path / "corpusdir"
@@ -170,7 +170,7 @@ def test_the_default_llama_is_refused_before_it_is_built(tmp_path: Path, zk_env)
     """`train --model-type llama` builds transformers' default Llama, 6.5B parameters (its vocabulary fitted to the
     embedded tokenizer's): on a 24 GiB node the
     OOM killer ended it after 90 s (22.7 GB, exit 137, no word). The memory check refuses it in seconds."""
-    from zerokit.training.node_memory import host_available
+    from zerokit.cluster.node_memory import host_available
 
     if host_available() > 120 * 2**30:  # ZeRO-2 in fp32 on one CPU rank needs 121 GiB: this node would hold it
         pytest.skip("this node has room for the default Llama's model states")

@@ -1,6 +1,6 @@
 """One writer per output, through the real `prepare tokenize`: a second writer fails at once in one line,
 and a full file system (a real tmpfs) is one line naming it, the partial output removed, nothing else
-touched. (zerokit.training.outputs.built_beside; generate --output and universal use the same.)"""
+touched. (zerokit.outputs.ownership.built_beside; generate --output and universal use the same.)"""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
-from zerokit.training import outputs
+from zerokit.outputs import ownership
 
 
 @pytest.fixture(scope="module")
 def tokenize(tmp_path_factory) -> list[str]:
     """`prepare tokenize CORPUS --tokenizer T --block-size 32`: a generated corpus, the embedded tokenizer."""
-    from zerokit.training.embedded import prepare_embedded
+    from zerokit.sources.embedded import prepare_embedded
 
     folder = tmp_path_factory.mktemp("prepare")
     _, tokenizer = prepare_embedded(folder / "embedded")
@@ -36,7 +36,7 @@ def error_line(result: subprocess.CompletedProcess) -> str:
 
 def test_a_second_writer_of_an_output_fails_at_once(tmp_path: Path, zk_env, tokenize: list[str]):
     output = tmp_path / "blocks"
-    with outputs.built_beside(output, "prepare tokenize", "--output") as partial:  # the first writer: this test
+    with ownership.built_beside(output, "prepare tokenize", "--output") as partial:  # the first writer: this test
         result = run_zerokit([*tokenize, "--output", str(output)], zk_env, timeout=120)
         partial.mkdir()
     assert f"is being written by another run (prepare tokenize, pid {os.getpid()} on" in error_line(result)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, isolated_env, run_zerokit
-from zerokit.training.checkpoints import newest_complete_checkpoint
-from zerokit.training.outputs import RECORD_NAME
+from zerokit.outputs.checkpoints import newest_complete_checkpoint
+from zerokit.outputs.ownership import RECORD_NAME
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a read-only bind or a tmpfs: needs root")
 QUICK = ["--config", "zero2", "--max_steps", "4", "--logging_steps", "1", "--per_device_train_batch_size", "8"]

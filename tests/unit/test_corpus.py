@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zerokit.training.corpus import NUMBERS, generate_lines, write_corpus
+from zerokit.sources.corpus import NUMBERS, generate_lines, write_corpus
 
 
 def test_same_seed_same_corpus_other_seed_other_corpus():

@@ -1,4 +1,4 @@
-"""The DeepSpeed ops a DeepSpeed config makes the ranks load (zerokit.training.ds_ops), as DeepSpeed 0.19.8 builds
+"""The DeepSpeed ops a DeepSpeed config makes the ranks load (zerokit.sources.ds_ops), as DeepSpeed 0.19.8 builds
 them, and the install's prebuilt ops read without importing DeepSpeed (zerokit.image.ds_install)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from zerokit.image.ds_install import parse_installed
-from zerokit.training.ds_configs import CONFIGS_DIR
-from zerokit.training.ds_ops import ops_needed
+from zerokit.sources.ds_configs import CONFIGS_DIR
+from zerokit.sources.ds_ops import ops_needed
 
 
 def config(optimizer: str | None = None, offload: str | None = None, stage: int = 2, **extra) -> dict:

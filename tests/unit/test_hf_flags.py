@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from zerokit.foundations.errors import UserError
-from zerokit.training.hf_flags import check_hf_flags, training_argument_names
+from zerokit.train.hf_flags import check_hf_flags, training_argument_names
 
 
 def test_field_names_come_from_the_installed_transformers():

@@ -18,8 +18,8 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 LAYERS: list[set[str]] = [
     {"zerokit", "zerokit.foundations"},
-    {"zerokit.image", "zerokit.cluster", "zerokit.training"},
-    {"zerokit.doctor", "zerokit.healthcheck", "zerokit.prepare", "zerokit.runs"},
+    {"zerokit.image", "zerokit.cluster", "zerokit.sources", "zerokit.outputs"},
+    {"zerokit.doctor", "zerokit.healthcheck", "zerokit.prepare"},
     {"zerokit.launch", "zerokit.train"},
     {"zerokit.train.cli", "zerokit.bench", "zerokit.generate", "zerokit.commands", "zerokit.__main__"},
 ]

@@ -1,4 +1,4 @@
-"""The memory a rank needs (zerokit.training.memory_need): a hand computation, DeepSpeed's estimators, and
+"""The memory a rank needs (zerokit.train.memory_need): a hand computation, DeepSpeed's estimators, and
 the runs it refuses, warns about or lets through; train's reading of a run's numbers (zerokit.train.memory_check)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from zerokit.sources.ds_configs import bundled
 from zerokit.train.memory_check import count_parameters, setup
+from zerokit.train.memory_need import GiB, Node, Setup, estimate, judge
 from zerokit.train.options import TrainFlags
 from zerokit.train.tensor_parallel import SMALL_LLAMA, check_model_type
-from zerokit.training.ds_configs import bundled
-from zerokit.training.memory_need import GiB, Node, Setup, estimate, judge
 
 # `train --model-type llama`: transformers' LlamaConfig(), its vocabulary fitted to the embedded tokenizer's 512
 # tokens, counted on the meta device (6,738,415,616 with LlamaConfig's own 32000)
@@ -131,7 +131,7 @@ def test_lora_counts_only_the_adapters_as_trained():
 def llama_config(overrides: str):
     from transformers import LlamaConfig
 
-    from zerokit.training.embedded import VOCAB_SIZE
+    from zerokit.sources.embedded import VOCAB_SIZE
 
     config = LlamaConfig(vocab_size=VOCAB_SIZE)  # train fits a fresh config to the embedded tokenizer
     config.update_from_string(overrides)

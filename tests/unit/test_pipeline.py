@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from zerokit.foundations.errors import UserError
+from zerokit.outputs.checkpoints import PIPELINE_NAME, check_pipeline_resume
 from zerokit.train.cli import parse
 from zerokit.train.layout import ParallelLayout
-from zerokit.training.checkpoints import PIPELINE_NAME, check_pipeline_resume
-from zerokit.training.pipeline_layers import PipeLayer, PipelineRefused, head_forward, loss_function, pipeline_layers
+from zerokit.train.pipeline_layers import PipeLayer, PipelineRefused, head_forward, loss_function, pipeline_layers
 
 
 def tiny(kind: str):

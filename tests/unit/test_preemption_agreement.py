@@ -20,7 +20,7 @@ STEPS = 8
 def rank_main(rank: int, port: int, signal_at: dict[int, int], out: str) -> None:
     import torch.distributed as dist
 
-    from zerokit.runs.preemption import FlagAgreement
+    from zerokit.train.callbacks.preemption import FlagAgreement
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     agreement = FlagAgreement.for_this_job()
@@ -42,7 +42,7 @@ def test_a_signal_on_one_rank_is_seen_by_both_at_the_next_step_and_not_before(tm
 
 
 def test_alone_a_signal_is_seen_at_once():
-    from zerokit.runs.preemption import FlagAgreement
+    from zerokit.train.callbacks.preemption import FlagAgreement
 
     alone = FlagAgreement(None)
     assert [alone.exchange(flag) for flag in (False, True)] == [False, True]

@@ -9,10 +9,10 @@ import pytest
 
 from zerokit.foundations.errors import UserError
 from zerokit.prepare.manifest import MANIFEST_NAME, file_hashes, update_manifest
-from zerokit.prepare.pack import read_prepared, template_fields, tokenize_to_disk
+from zerokit.prepare.pack import template_fields, tokenize_to_disk
 from zerokit.prepare.stage import check_online
-from zerokit.training.data import PREPARED_NAME, resolve_source
-from zerokit.training.embedded import prepare_embedded
+from zerokit.sources.data import PREPARED_NAME, read_prepared, resolve_source
+from zerokit.sources.embedded import prepare_embedded
 
 TEMPLATE = "Title: {title}\\nContext: {context}\\nQuestion: {question}\\nAnswer: {answer}"
 ROWS = [

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import run_zerokit
 from zerokit.foundations.errors import UserError
-from zerokit.training.checkpoints import (
+from zerokit.outputs.checkpoints import (
     SIZES_NAME,
     damage,
     needs_universal_load,
@@ -19,7 +19,7 @@ from zerokit.training.checkpoints import (
     resolve_resume,
     rotate,
 )
-from zerokit.training.outputs import begin
+from zerokit.outputs.ownership import begin
 
 
 def torch_file(path: Path) -> Path:

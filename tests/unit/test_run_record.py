@@ -11,8 +11,8 @@ import pytest
 from zerokit.doctor.against import compare, read_run_record
 from zerokit.foundations.errors import UserError
 from zerokit.image.provenance import RECORD_NAME, jsonable, recorded_environment, redacted_argv, sif_source
-from zerokit.runs.run_record import add_to_sizes, deepspeed_section, resume_chain, write_record
-from zerokit.training.checkpoints import SIZES_NAME, damage, record_sizes
+from zerokit.outputs.checkpoints import SIZES_NAME, damage, record_sizes
+from zerokit.train.callbacks.run_record import add_to_sizes, deepspeed_section, resume_chain, write_record
 
 
 def test_the_environment_keeps_what_shapes_a_run_and_never_a_secret():
@@ -161,7 +161,7 @@ def test_the_config_given_as_a_long_base64_string_is_read_not_opened():
     import base64
     import json
 
-    from zerokit.runs.run_record import given_config
+    from zerokit.train.callbacks.run_record import given_config
 
     config = {"zero_optimization": {"stage": 3}, "padding": "x" * 400, "torch_adam": True}
     encoded = base64.urlsafe_b64encode(json.dumps(config).encode()).decode()

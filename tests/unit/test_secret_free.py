@@ -1,5 +1,5 @@
 """training_args.bin holds no secret: the Trainer's arguments redact themselves when pickled
-(zerokit.runs.secret_free)."""
+(zerokit.train.secret_free)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import io
 import torch
 from transformers import HfArgumentParser, TrainingArguments
 
-from zerokit.runs.secret_free import SecretFreeArguments, secret_fields
+from zerokit.train.secret_free import SecretFreeArguments, secret_fields
 
 TOKEN = "hf_secretFreeUnitMarker"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
+from zerokit.sources.ds_configs import resolve_ds_config
 from zerokit.train.options import ds_config_argument
-from zerokit.training.ds_configs import resolve_ds_config
 
 
 def error_lines(stderr: str) -> list[str]:

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from zerokit.foundations.errors import UserError
+from zerokit.sources.embedded import GPT2_SIZE, prepare_embedded
+from zerokit.train.blocks import prepared_info
 from zerokit.train.model import check_limits, model_config
 from zerokit.train.options import TrainFlags
-from zerokit.training.embedded import GPT2_SIZE, prepare_embedded
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def config_folder(folder: Path, **config) -> str:
 
 def refusal(options: TrainFlags, tokenizer) -> str:
     with pytest.raises(UserError) as refused:
-        check_limits(options, tokenizer, model_config(options, tokenizer))
+        check_limits(options, tokenizer, model_config(options, tokenizer), prepared_info(options))
     return str(refused.value)
 
 
@@ -41,7 +42,8 @@ def test_a_block_size_past_the_models_positions(tmp_path: Path, tokenizer):
         "--block-size 128 is past the model's 64 positions (max_position_embeddings in its config): "
         "give --block-size 64 or less"
     )
-    check_limits(TrainFlags(model=model, block_size=64), tokenizer, model_config(TrainFlags(model=model), tokenizer))
+    options = TrainFlags(model=model, block_size=64)
+    check_limits(options, tokenizer, model_config(options, tokenizer), None)
 
 
 def test_prepared_blocks_past_the_models_positions(tmp_path: Path, tokenizer):
@@ -62,7 +64,7 @@ def test_a_tokenizer_larger_than_the_pretrained_models_embedding(tmp_path: Path,
         "model's own tokenizer (drop --tokenizer), or --from-scratch to fit a new embedding to it"
     )
     scratch = TrainFlags(model=model, from_scratch=True)  # its config is fitted to the tokenizer
-    check_limits(scratch, tokenizer, model_config(scratch, tokenizer))
+    check_limits(scratch, tokenizer, model_config(scratch, tokenizer), None)
 
 
 def test_a_fresh_config_made_smaller_than_its_tokenizer(tokenizer):

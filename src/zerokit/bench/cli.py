@@ -26,7 +26,7 @@ from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, flag, flag_value, from_namespace
 from zerokit.foundations.values import int_list
 from zerokit.launch.config import REMOTE_LAUNCHERS
-from zerokit.training import outputs
+from zerokit.outputs import ownership
 
 # The plain HF Trainer script and the raw DeepSpeed loop bench compares train with: part of what bench runs,
 # so they ship in the package.
@@ -106,7 +106,7 @@ def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentPa
 
 
 def parse(argv: list[str]) -> BenchConfig:
-    from zerokit.training.ds_configs import resolve_ds_config
+    from zerokit.sources.ds_configs import resolve_ds_config
 
     cut = argv.index("--") if "--" in argv else len(argv)
     own, train_args = argv[:cut], argv[cut + 1 :]
@@ -116,8 +116,8 @@ def parse(argv: list[str]) -> BenchConfig:
 
         own = [*preset_flags(args.preset, args.output.resolve()), *own]
         args = from_namespace(BenchFlags, build_parser().parse_args(own))
-    outputs.check_writable(args.output, "--output")
-    if outputs.entries(args.output) and not args.overwrite:
+    ownership.check_writable(args.output, "--output")
+    if ownership.entries(args.output) and not args.overwrite:
         raise UserError(f"{args.output} exists: pass --overwrite to replace an earlier report there, or --output DIR")
     if args.steps <= args.warmup_steps + 1:
         raise UserError(f"--steps {args.steps} leaves nothing to time after {args.warmup_steps} warm-up steps")
@@ -181,7 +181,7 @@ def checked_configs(text: str, ranks: int) -> list[str]:
     --ranks); a pipeline's config must be ZeRO-1."""
     import json
 
-    from zerokit.training.ds_configs import resolve_ds_config
+    from zerokit.sources.ds_configs import resolve_ds_config
 
     names = [name.strip() for name in text.split(",") if name.strip()]
     for entry in names:
@@ -213,9 +213,9 @@ def plain_inputs(cfg: BenchConfig) -> PlainInputs | None:
         return PlainInputs(flags, cfg.dataset, cfg.dataset, cfg.block_size)
     from transformers import AutoTokenizer
 
+    from zerokit.sources.embedded import BLOCK_SIZE, model_config, prepare_embedded
     from zerokit.train.model import fit_to_tokenizer
     from zerokit.train.options import EMBEDDED_TRAINING_DEFAULTS
-    from zerokit.training.embedded import BLOCK_SIZE, model_config, prepare_embedded
 
     files, tokenizer_dir = prepare_embedded(cfg.output / "cache" / "embedded")  # where the train runs find it
     config = fit_to_tokenizer(model_config(), AutoTokenizer.from_pretrained(tokenizer_dir))
@@ -263,8 +263,8 @@ def main(argv: list[str]) -> int:
     from zerokit.bench.runner import execute
 
     cfg = parse(argv)
-    outputs.hold_lock(cfg.output, "bench")  # one bench per folder: a second fails at once, naming this one
-    record = outputs.begin(cfg.output, "bench", replace=True)  # an earlier report goes, other files stay
+    ownership.hold_lock(cfg.output, "bench")  # one bench per folder: a second fails at once, naming this one
+    record = ownership.begin(cfg.output, "bench", replace=True)  # an earlier report goes, other files stay
     if cfg.preset:
         from zerokit.bench.presets import make_inputs
 
@@ -282,7 +282,7 @@ def main(argv: list[str]) -> int:
             bar.set_postfix_str(run.name)
             results.append(execute(run, cfg.warmup_steps, cfg.hosts))
     write_all(cfg, results, prepare_seconds)
-    outputs.finish(cfg.output, record)
+    ownership.finish(cfg.output, record)
     for name in ("report.md", "scaling.png", "results.json"):
         print(f"bench: wrote {cfg.output / name}")
     return 0

@@ -76,7 +76,7 @@ def main() -> None:
 
     callbacks = []
     if script.timings_dir:
-        from zerokit.training.step_clock import StepClock
+        from zerokit.train.callbacks.step_clock import StepClock
 
         callbacks.append(StepClock(script.timings_dir, tokens_per_sample=script.block_size))
     trainer = Trainer(

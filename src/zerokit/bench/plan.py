@@ -233,7 +233,9 @@ def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: D
                 for kind in ("raw", "prepared"):
                     runs.append(data_run(cfg, kind, scale, compare_ranks, data_inputs, round_))
     if "overhead" not in cfg.skip and plain_inputs:
-        from zerokit.runs.preemption import BENCH_WITHOUT_VARIABLE  # imports transformers: not for bench's --help
+        from zerokit.train.callbacks.preemption import (
+            BENCH_WITHOUT_VARIABLE,  # imports transformers: not for bench's --help
+        )
 
         without = {BENCH_WITHOUT_VARIABLE: "1"}
         baselines = ["plain"]

@@ -71,7 +71,7 @@ def make_inputs(name: str, output: Path, samples: int, block_size: int) -> dict:
     drawn by the longest run. Returns what was made (parameters, corpus tokens) for the report."""
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-    from zerokit.training.embedded import prepare_embedded
+    from zerokit.sources.embedded import prepare_embedded
 
     p = PRESETS[name]
     if block_size > p.positions:

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, default_data_collator, get_scheduler
 
 from zerokit.bench.plain_hf_trainer import ScriptArguments, load_model, text_blocks
-from zerokit.training.step_clock import StepClock
+from zerokit.train.callbacks.step_clock import StepClock
 
 
 def batches(dataset, micro: int, world: int, rank: int, seed: int):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zerokit.foundations.flags import command_parser, flag, from_namespace
-from zerokit.training.corpus import SAMPLE_PROMPTS
+from zerokit.sources.corpus import SAMPLE_PROMPTS
 
 
 @dataclass(frozen=True)

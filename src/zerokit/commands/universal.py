@@ -20,8 +20,8 @@ from pathlib import Path
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.files import write_atomically
 from zerokit.foundations.flags import command_parser, flag, from_namespace
-from zerokit.training.checkpoints import PREFIX, complete_checkpoints, damage, is_universal
-from zerokit.training.outputs import built_beside, check_writable
+from zerokit.outputs.checkpoints import PREFIX, complete_checkpoints, damage, is_universal
+from zerokit.outputs.ownership import built_beside, check_writable
 
 
 def convert(checkpoint: Path) -> Path:

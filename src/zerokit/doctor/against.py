@@ -21,7 +21,7 @@ from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.image.provenance import LOCATION_NAMES, RUN_SET_NAMES, environment_facts, leaves
-from zerokit.training.ds_configs import bundled
+from zerokit.sources.ds_configs import bundled
 
 IMAGE_KEYS = ("kind", "stack", "tag", "build_id", "commit", "base_image", "sif_sha256", "python_prefix")
 MISSING = "(none)"

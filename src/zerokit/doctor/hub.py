@@ -11,8 +11,8 @@ from pathlib import Path
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
 from zerokit.foundations.errors import UserError
-from zerokit.training.data import resolve_source
-from zerokit.training.hub_cache import NOT_DATA, TOKENIZER_FILES, cached_snapshot, missing_model_files
+from zerokit.sources.data import resolve_source
+from zerokit.sources.hub_cache import NOT_DATA, TOKENIZER_FILES, cached_snapshot, missing_model_files
 
 
 def hf_home(ctx: Context) -> Path:

@@ -126,40 +126,65 @@ def gather(environ: Mapping[str, str], sys_root: Path = SYS, verbs: Callable[[],
     )
 
 
+def fabric_text(fabric: Fabric) -> str:
+    """Every port and Slingshot NIC this node has ("" when none)."""
+    return "; ".join([p.describe() for p in fabric.ports] + [f"{name} Slingshot" for name in fabric.cxi])
+
+
 def fabric_row(fabric: Fabric) -> CheckResult:
-    seen = [p.describe() for p in fabric.ports] + [f"{name} Slingshot" for name in fabric.cxi]
+    seen = fabric_text(fabric)
     if not seen:
         return ok("network: fabric", "no IB/RoCE, EFA or Slingshot device on this node")
     verbs = "libibverbs does not load" if fabric.verbs is None else f"libibverbs lists {fabric.verbs} device(s)"
-    return ok("network: fabric", f"{'; '.join(seen)} ({verbs} in the image)")
+    return ok("network: fabric", f"{seen} ({verbs} in the image)")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The transport NCCL takes across nodes from this node; when that is sockets beside a fabric, why and the fix."""
+
+    kind: str  # "ib", "roce", "plugin:<as named>" or "sockets"
+    detail: str  # doctor's words for it: "IB verbs (NCCL's own) on ...", "TCP sockets: <problem>" ...
+    problem: str = ""  # why sockets, while a fabric is there
+    fix: str = ""
+
+
+def nccl_choice(fabric: Fabric) -> Choice:
+    """NCCL's order: a named plugin, else its own IB verbs on an active port the image can open, else sockets."""
+    if fabric.plugin:
+        if fabric.plugin_problem:
+            return sockets(f"plugin {fabric.plugin} does not load: {fabric.plugin_problem}", PLUGIN_FIX)
+        return Choice(f"plugin:{fabric.plugin}", f"net plugin {fabric.plugin}")
+    if fabric.cxi:
+        return sockets(f"Slingshot ({', '.join(fabric.cxi)}) needs the aws-ofi-nccl plugin, none is named", PLUGIN_FIX)
+    if fabric.efa:
+        return sockets(f"EFA ({fabric.efa[0].device}) needs the aws-ofi-nccl plugin, none is named", PLUGIN_FIX)
+    if fabric.active and fabric.ib_disabled:
+        return sockets("NCCL_IB_DISABLE=1 while IB/RoCE ports are active", "unset NCCL_IB_DISABLE")
+    if fabric.active and fabric.verbs is None:
+        return sockets("IB/RoCE ports are active but the image's libibverbs does not load", VERBS_FIX)
+    if fabric.active and fabric.verbs == 0:
+        no_device = "IB/RoCE ports are active but libibverbs lists no device (no provider, or no /dev/infiniband)"
+        return sockets(no_device, VERBS_FIX)
+    if fabric.active:
+        layer = "ib" if any(p.link_layer == "InfiniBand" for p in fabric.active) else "roce"
+        return Choice(layer, f"IB verbs (NCCL's own) on {', '.join(p.describe() for p in fabric.active)}")
+    return Choice("sockets", "TCP sockets (no fabric seen)")
+
+
+def sockets(problem: str, fix: str) -> Choice:
+    return Choice("sockets", f"TCP sockets: {problem}", problem, fix)
 
 
 def transport_row(fabric: Fabric, multi_node: bool) -> CheckResult:
     """The transport NCCL will use across nodes, and a warning when that is sockets beside a fabric."""
     name = "network: NCCL transport"
-    if fabric.plugin:
-        if fabric.plugin_problem:
-            return warn(name, f"TCP sockets: plugin {fabric.plugin} does not load: {fabric.plugin_problem}", PLUGIN_FIX)
-        return ok(name, f"net plugin {fabric.plugin}")
-    sockets, fix = "", ""
-    if fabric.cxi:
-        sockets, fix = f"Slingshot ({', '.join(fabric.cxi)}) needs the aws-ofi-nccl plugin, none is named", PLUGIN_FIX
-    elif fabric.efa:
-        sockets, fix = f"EFA ({fabric.efa[0].device}) needs the aws-ofi-nccl plugin, none is named", PLUGIN_FIX
-    elif fabric.active and fabric.ib_disabled:
-        sockets, fix = "NCCL_IB_DISABLE=1 while IB/RoCE ports are active", "unset NCCL_IB_DISABLE"
-    elif fabric.active and fabric.verbs is None:
-        sockets, fix = "IB/RoCE ports are active but the image's libibverbs does not load", VERBS_FIX
-    elif fabric.active and fabric.verbs == 0:
-        sockets = "IB/RoCE ports are active but libibverbs lists no device (no provider, or no /dev/infiniband)"
-        fix = VERBS_FIX
-    elif fabric.active:
-        return ok(name, f"IB verbs (NCCL's own) on {', '.join(p.describe() for p in fabric.active)}")
-    if not sockets:
-        return ok(name, "TCP sockets (no fabric seen)")
-    if multi_node:
-        return warn(name, f"TCP sockets: {sockets}", fix)
-    return ok(name, f"TCP sockets across nodes: {sockets} (one node: NVLink/shared memory)")
+    choice = nccl_choice(fabric)
+    if not choice.problem:
+        return ok(name, choice.detail)
+    if multi_node or fabric.plugin:  # a named plugin that does not load is worth a warning on one node too
+        return warn(name, choice.detail, choice.fix)
+    return ok(name, f"TCP sockets across nodes: {choice.problem} (one node: NVLink/shared memory)")
 
 
 def check_transport(

@@ -19,7 +19,7 @@ from zerokit.generate.prompts import Row, chat_prompts, read_rows
 from zerokit.generate.ranks import Ranks, alike_on_every_rank, start
 from zerokit.generate.report import Report, peak_memory
 from zerokit.generate.writing import ROW_ID, FileRows, StdoutRows
-from zerokit.training.model_source import is_path, require_model_folder, require_tokenizer_folder
+from zerokit.sources.model_source import is_path, require_model_folder, require_tokenizer_folder
 
 
 def main(argv: list[str]) -> int:

@@ -16,8 +16,8 @@ from typing import Any
 from zerokit.cluster.shm_segments import release_own_segment
 from zerokit.foundations.errors import UserError
 from zerokit.generate.options import GenerateFlags
-from zerokit.training.checkpoints import complete_checkpoints, damage
-from zerokit.training.model_source import is_path
+from zerokit.outputs.checkpoints import complete_checkpoints, damage
+from zerokit.sources.model_source import is_path
 
 ADAPTER_CONFIG = "adapter_config.json"
 # A folder with one of these holds a model's weights (or an adapter's) that from_pretrained reads.

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
-from zerokit.training.data import PREPARED_NAME
+from zerokit.sources.data import PREPARED_NAME
 
 SUFFIXES = (".jsonl", ".json", ".csv")
 

@@ -1,7 +1,7 @@
 """Where finished rows go, as they finish: stdout, or an --output file that a stopped run can resume.
 
 One writer per output (rank 0; ranks hand it their rows): a lock beside the output (the one
-zerokit.training.outputs.built_beside takes) keeps a second run out, in one line. Rows are appended to a
+zerokit.outputs.ownership.built_beside takes) keeps a second run out, in one line. Rows are appended to a
 sibling, `.NAME.partial`, one batch per write and fsync, so a run killed at any moment keeps every batch it
 finished (a line torn by the kill is dropped when it resumes). When every row is done, the sibling, in
 input order, replaces the output in one rename: the output file is only ever a whole result.
@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.files import write_atomically
-from zerokit.training.outputs import check_writable, take_lock
+from zerokit.outputs.ownership import check_writable, take_lock
 
 ROW_ID = "row"  # the field of an output row that holds its id: its index in the input
 

@@ -2,7 +2,8 @@
 
 Identity facts must be the same on every node (IDENTITY names them); a node that differs from the
 majority is named. Read without importing DeepSpeed (package metadata), GPU facts from torch and,
-where present, nvidia-smi (NVML's command line: driver, clocks, ECC); none of it may fail the check.
+where present, nvidia-smi (NVML's command line: driver, clocks, ECC), the node's side of its transport
+(transport.py: doctor's reading of /sys/class/infiniband and the plugin); none of it may fail the check.
 """
 
 from __future__ import annotations
@@ -13,16 +14,18 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 
 import zerokit
+from zerokit.cluster import node_memory
 from zerokit.foundations.files import sha256_file
 from zerokit.foundations.packages import installed_version
 from zerokit.foundations.paths import STACKS_DIR
+from zerokit.healthcheck.transport import node_transport, socket_interface
 from zerokit.image.image_info import read_image_info
 from zerokit.image.runtimes import inside
 from zerokit.image.stack import environment_stack
-from zerokit.training import node_memory
 
 # Facts every node must share; the others (memory, /dev/shm, clocks) are shown, not compared.
 IDENTITY = (
@@ -38,7 +41,8 @@ def node_facts(environ: Mapping[str, str], torch) -> dict:
     built = read_image_info() or {}  # inside a zerokit image: its tag and build id (stack-commit)
     facts = {
         "host": socket.gethostname(),
-        "interface": environ.get("NCCL_SOCKET_IFNAME") or environ.get("GLOO_SOCKET_IFNAME") or "default",
+        "interface": socket_interface(environ),
+        "transport": asdict(node_transport(environ)),  # what NCCL takes from this node (doctor's reading)
         "zerokit": zerokit.__version__,
         "commit": built.get("commit") or git_commit(Path(zerokit.__file__).resolve().parents[2]),
         "stack": stack,

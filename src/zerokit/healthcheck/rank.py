@@ -107,7 +107,7 @@ def check(options: CheckConfig, environ: Mapping[str, str], watchdog: Watchdog) 
         if rank == 0:
             links = merge([half for part in gathered for half in part])
             facts = {h: everyone[leaders[i]] for i, h in enumerate(node_hosts)}
-            findings = judge(links, facts, host, options.slow_factor)
+            findings = judge(links, facts, host, options.slow_factor, backend)
             result = report.build(backend=backend, ranks=world, node_facts=facts,
                                   ranks_per_host=dict(Counter(hosts_by_rank)), rendezvous_s=rendezvous_s,
                                   barrier_s=barrier_s, timings=timings, links=links, findings=findings,

@@ -6,6 +6,7 @@ from dataclasses import asdict
 
 from zerokit.healthcheck.links import Link
 from zerokit.healthcheck.sweep import Timing
+from zerokit.healthcheck.transport import carried, node_transports, pair_name, pair_transport
 from zerokit.healthcheck.verdict import Finding, node_scores, slowest_links
 
 
@@ -50,19 +51,34 @@ def build(
             }
             for t in timings
         ],
-        "links": [
-            {
-                **asdict(link),
-                "latency_us": round(link.latency * 1e6, 1),
-                "a_to_b_gbps": round(link.a_to_b / 1e9, 4),
-                "b_to_a_gbps": round(link.b_to_a / 1e9, 4),
-            }
-            for link in links
-        ],
+        "links": [link_row(link, node_facts, backend) for link in links],
         "slowest_links": [f"{link.a}-{link.b}" for link in slowest_links(links)],
         "findings": [asdict(f) for f in findings],
         "elapsed_s": round(elapsed_s, 2),
     }
+
+
+def link_row(link: Link, node_facts: dict[str, dict], backend: str) -> dict:
+    """A pair's figures, and the transport they went over (the slower direction is `gbps`)."""
+    ends = node_transports({host: node_facts[host] for host in (link.a, link.b)})
+    transport = pair_transport(ends[link.a], ends[link.b], backend)
+    return {
+        **asdict(link),
+        "latency_us": round(link.latency * 1e6, 1),
+        "a_to_b_gbps": round(link.a_to_b / 1e9, 4),
+        "b_to_a_gbps": round(link.b_to_a / 1e9, 4),
+        "gbps": round(link.bandwidth / 1e9, 4),
+        "transport": transport.text,
+        "transport_kind": transport.kind,
+    }
+
+
+def link_line(row: dict) -> str:
+    """One pair on one line: the slower direction, what carried it, the latency, each way."""
+    return (
+        f"{pair_name(row['a'], row['b'])}: {carried(row['gbps'] * 1e9, row['transport'])}; "
+        f"latency {row['latency_us']:,.0f} us; each way {row['a_to_b_gbps']:.3f} / {row['b_to_a_gbps']:.3f} GB/s"
+    )
 
 
 def size_text(size: int) -> str:
@@ -109,11 +125,8 @@ def text(report: dict) -> str:
         cells = [f"{r['time_us']:>14,.0f} {r['algbw_gbps']:>11.3f} {r['busbw_gbps']:>11.3f}" for r in (reduce, gather)]
         lines.append(f"{size_text(reduce['size']):>8} {' '.join(cells)}")
     if report["links"]:
-        lines += ["", "links (point to point, every node pair)",
-                  f"{'link':<24} {'latency us':>10} {'a->b GB/s':>10} {'b->a GB/s':>10}"]  # fmt: skip
-        for link in report["links"]:
-            lines.append(f"{link['a'] + ' - ' + link['b']:<24} {link['latency_us']:>10,.0f} "
-                         f"{link['a_to_b_gbps']:>10.3f} {link['b_to_a_gbps']:>10.3f}")  # fmt: skip
+        lines += ["", "links (point to point, every node pair: the slower direction, and what carried it)"]
+        lines += [link_line(row) for row in report["links"]]
         lines.append(f"slowest links: {', '.join(report['slowest_links'])}")
     lines.append("")
     if report["findings"]:

@@ -4,7 +4,9 @@ A node is slow when its *best* link is `factor` times worse than the median node
 higher, or bandwidth lower). Judging nodes by their best link, not links against the median link,
 puts the blame where it lies: with one bad NIC among three nodes, two of the three links are slow,
 but only the bad node has no fast link. Two nodes share one link: that cannot say which end is slow,
-so a pair is judged only against its absolute figures (the report shows them).
+so a pair is judged only against its absolute figures (the report shows them). A pair that NCCL runs over
+TCP sockets while either node has a fabric, slower than that fabric's line rate by `factor`, is named with
+the cause (transport.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,14 @@ from dataclasses import dataclass
 
 from zerokit.healthcheck.facts import IDENTITY
 from zerokit.healthcheck.links import Link
+from zerokit.healthcheck.transport import (
+    below_fabric,
+    carried,
+    node_transports,
+    pair_name,
+    pair_transport,
+    sockets_cause,
+)
 
 # Latency differences below this are taken as noise (a rank waiting for a busy CPU), whatever the factor.
 LATENCY_FLOOR = 1e-3  # seconds
@@ -97,5 +107,22 @@ def gpu_findings(facts: dict[str, dict]) -> list[Finding]:
     return found
 
 
-def judge(links: list[Link], facts: dict[str, dict], main_host: str, factor: float) -> list[Finding]:
-    return [*slow_nodes(links, factor), *differing_nodes(facts, main_host), *gpu_findings(facts)]
+def transport_findings(links: list[Link], facts: dict[str, dict], backend: str, factor: float) -> list[Finding]:
+    """Pairs that NCCL runs over TCP sockets, slow beside a fabric either node has: the cause and its fix."""
+    if backend != "nccl":  # gloo is TCP whatever the nodes have, in the check as in the job
+        return []
+    transports = node_transports(facts)
+    found = []
+    for link in links:
+        ends = {link.a: transports[link.a], link.b: transports[link.b]}
+        pair = pair_transport(ends[link.a], ends[link.b], backend)
+        cause = sockets_cause(ends) if pair.kind == "sockets" else None
+        if cause and below_fabric(link.bandwidth, ends.values(), factor):
+            problem = f"{carried(link.bandwidth, pair.text)} {cause[0]}"
+            found.append(Finding(pair_name(link.a, link.b), problem, cause[1]))
+    return found
+
+
+def judge(links: list[Link], facts: dict[str, dict], main_host: str, factor: float, backend: str) -> list[Finding]:
+    return [*slow_nodes(links, factor), *transport_findings(links, facts, backend, factor),
+            *differing_nodes(facts, main_host), *gpu_findings(facts)]  # fmt: skip

@@ -1,6 +1,6 @@
 """What a run ran on, gathered from the process and its environment: zerokit-run.json's facts.
 
-`train` writes them (zerokit.runs.run_record) and `doctor --against RECORD` gathers them again to compare
+`train` writes them (zerokit.train.callbacks.run_record) and `doctor --against RECORD` gathers them again to compare
 (zerokit.doctor.against); both read them here, so the two never disagree on what a fact is.
 Heavy modules (torch, DeepSpeed) are imported inside the functions that need them.
 """
@@ -41,7 +41,7 @@ RECORDED_PREFIXES = (
 RECORDED_NAMES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LD_PRELOAD", "PYTHONHASHSEED")
 # Never recorded, whatever the prefix: a record is shared with results.
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-# Set for each run by the launcher, by train itself (zerokit.launch.plan and .stall, zerokit.runs.offline) or by the
+# Set for each run by the launcher, by train itself (zerokit.launch.plan and .stall, zerokit.train.offline) or by the
 # libraries it imports before starting ranks (torch, accelerate and DeepSpeed set the NVML one): recorded,
 # compared only when set now too (doctor runs outside the job, where none of them has set them yet).
 RUN_SET_NAMES = (

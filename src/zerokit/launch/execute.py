@@ -29,7 +29,7 @@ from zerokit.launch.supervisor import (
     say,
     supervise,
 )
-from zerokit.training.checkpoints import resolve_resume
+from zerokit.outputs.checkpoints import resolve_resume
 
 
 def rank_line(plan: Plan, command: Command, hostname: str, stall_timeout: float = 0.0) -> str:

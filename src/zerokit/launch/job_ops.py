@@ -1,7 +1,7 @@
 """The DeepSpeed ops the job's config needs that this install has not prebuilt, named before any rank starts.
 
 A rank that loads such an op compiles it (JIT) on every node at start: minutes, and it fails offline or
-without a compiler. launch's preflight reads the job's DeepSpeed config (zerokit.training.ds_ops says what it
+without a compiler. launch's preflight reads the job's DeepSpeed config (zerokit.sources.ds_ops says what it
 needs) and the install's prebuilt ops (zerokit.image.ds_install), and names the difference in one line: a
 warning, or with `--strict-ops` a refusal (exit 2), nothing started.
 
@@ -21,8 +21,8 @@ from pathlib import Path
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import flag_value
 from zerokit.image.ds_install import Prebuilt
-from zerokit.training.ds_configs import DEFAULT_CONFIG, resolve_ds_config
-from zerokit.training.ds_ops import ops_needed
+from zerokit.sources.ds_configs import DEFAULT_CONFIG, resolve_ds_config
+from zerokit.sources.ds_ops import ops_needed
 
 TRAIN = ("-m", "zerokit", "train")  # a target's argv after the interpreter (zerokit.launch.config.target_argv)
 SCRIPT_FLAGS = ("--deepspeed_config", "--deepspeed")  # DeepSpeed's `--deepspeed` alone is a switch: no value

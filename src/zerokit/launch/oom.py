@@ -2,7 +2,7 @@
 
 The OOM killer ends a process with SIGKILL (exit -9, or 137 through a shell or container runtime) and says so
 in the kernel log (`Out of memory: Killed process PID (NAME) ... anon-rss:NkB, file-rss:NkB, shmem-rss:NkB`)
-and in its memory cgroup's `oom_kill` count. launch reads both (zerokit.training.node_memory) and names the
+and in its memory cgroup's `oom_kill` count. launch reads both (zerokit.cluster.node_memory) and names the
 cause instead of a bare SIGKILL: a kill line for the rank's process gives its size; a count that rose during
 the run, without one, says only that the killer acted in the job's cgroup.
 """

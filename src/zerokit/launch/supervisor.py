@@ -46,6 +46,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerokit.cluster import node_memory
 from zerokit.cluster.shm_segments import remove_segments
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import flag_value
@@ -54,7 +55,6 @@ from zerokit.launch.oom import SIGKILL_EXITS, oom_cause
 from zerokit.launch.rank.progress import STALL_EXIT_CODE
 from zerokit.launch.restart import is_machine_fault
 from zerokit.launch.stall import StallWatch, Watched
-from zerokit.training import node_memory
 
 DEFAULT_STOP_GRACE = 15.0  # seconds; under Slurm's default KillWait (30 s)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)

@@ -116,7 +116,7 @@ def tokenize_main(argv: list[str]) -> int:
     if args.num_proc < 1:
         raise UserError(f"--num-proc must be at least 1, got {args.num_proc}")
     from zerokit.prepare.pack import check_output, tokenize_to_disk
-    from zerokit.training.model_source import is_path, require_tokenizer_folder
+    from zerokit.sources.model_source import is_path, require_tokenizer_folder
 
     if is_path(args.tokenizer):
         require_tokenizer_folder("--tokenizer", args.tokenizer)

@@ -12,8 +12,8 @@ import string
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
-from zerokit.training.data import PREPARED_NAME, load_raw, resolve_source, tokenize_and_group
-from zerokit.training.outputs import built_beside, check_writable
+from zerokit.outputs.ownership import built_beside, check_writable
+from zerokit.sources.data import PREPARED_NAME, load_raw, read_prepared, resolve_source, tokenize_and_group
 
 FORMAT_VERSION = 1
 
@@ -97,9 +97,3 @@ def check_output(output: Path, overwrite: bool) -> None:
         )
     if not overwrite:
         raise UserError(f"output {output} exists: pick another --output, or pass --overwrite to replace it")
-
-
-def read_prepared(folder: Path) -> dict | None:
-    """The metadata of a folder written by tokenize_to_disk, or None for any other folder."""
-    path = folder / PREPARED_NAME
-    return json.loads(path.read_text()) if path.is_file() else None

@@ -10,28 +10,32 @@ from zerokit.train.model import embedded_cache_dir, pick_block_size
 from zerokit.train.options import TrainFlags
 
 
-def load_datasets(options: TrainFlags, tokenizer, model, args):
-    """train/validation blocks: memory-mapped when `prepare tokenize` made them, else tokenized here."""
-    from zerokit.training.data import resolve_source
+def prepared_info(options: TrainFlags) -> dict | None:
+    """What `prepare tokenize` recorded of --dataset (its tokenizer, its block size), or None: read once, before
+    the model, so that its blocks are checked against the model's limits too."""
+    from zerokit.sources.data import read_prepared
 
-    if options.dataset and resolve_source(options.dataset).kind == "prepared":
-        return load_prepared(options, tokenizer, model, args.process_index)
+    return read_prepared(Path(options.dataset).expanduser()) if options.dataset else None
+
+
+def load_datasets(options: TrainFlags, tokenizer, model, args, prepared: dict | None):
+    """train/validation blocks: memory-mapped when `prepare tokenize` made them (prepared: its prepared_info),
+    else tokenized here."""
+    if prepared is not None:
+        return load_prepared(options, tokenizer, model, args.process_index, prepared)
     block_size = pick_block_size(options, tokenizer, model)
     with args.main_process_first(desc="dataset"):
         blocks = tokenize_datasets(options, tokenizer, block_size, args.seed)
     if not options.streaming:
-        from zerokit.training.data import check_blocks
+        from zerokit.sources.data import check_blocks
 
         check_blocks(blocks, options.dataset or "embedded", block_size)
     return blocks
 
 
-def load_prepared(options: TrainFlags, tokenizer, model, rank: int):
+def load_prepared(options: TrainFlags, tokenizer, model, rank: int, info: dict):
     import datasets
 
-    from zerokit.prepare.pack import read_prepared
-
-    info = read_prepared(Path(options.dataset))
     if info["vocab_size"] != len(tokenizer):
         raise UserError(
             f"dataset {options.dataset} was tokenized with {info['tokenizer']} ({info['vocab_size']} tokens), "
@@ -53,7 +57,7 @@ def load_prepared(options: TrainFlags, tokenizer, model, rank: int):
 
 
 def tokenize_datasets(options: TrainFlags, tokenizer, block_size: int, seed: int):
-    from zerokit.training.data import DatasetSource, load_raw, resolve_source, stream_blocks, tokenize_and_group
+    from zerokit.sources.data import DatasetSource, load_raw, resolve_source, stream_blocks, tokenize_and_group
 
     if options.streaming:
         print(f"zerokit: streaming {options.dataset}: tokenized while training, nothing written", flush=True)
@@ -61,7 +65,7 @@ def tokenize_datasets(options: TrainFlags, tokenizer, block_size: int, seed: int
     if options.dataset:
         raw = load_raw(resolve_source(options.dataset), options.validation_split_percentage, seed)
     else:
-        from zerokit.training.embedded import prepare_embedded
+        from zerokit.sources.embedded import prepare_embedded
 
         files, _ = prepare_embedded(embedded_cache_dir())
         raw = load_raw(

@@ -17,12 +17,12 @@ from pathlib import Path
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, from_namespace, option_strings
 from zerokit.train import pipeline
+from zerokit.train.hf_flags import check_hf_flags
 from zerokit.train.layout import ParallelLayout
+from zerokit.train.lora import parse_lora
 from zerokit.train.options import EMBEDDED_DIFFERENCE, HF_DIFFERENCES, TrainFlags
 from zerokit.train.run import train
 from zerokit.train.tensor_parallel import check_config, check_model_type
-from zerokit.training.hf_flags import check_hf_flags
-from zerokit.training.lora import parse_lora
 
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -61,7 +61,7 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[Tra
     if options.from_scratch and not options.model:
         raise UserError("--from-scratch needs --model (whose config is used); or use --model-type")
     if options.dataset:
-        from zerokit.training.data import check_text_files, resolve_source
+        from zerokit.sources.data import check_text_files, resolve_source
 
         check_text_files(resolve_source(options.dataset))  # a missing, empty or binary file fails now
     return options, hf_argv
@@ -78,8 +78,8 @@ def check_fine_tuning(options: TrainFlags) -> None:
 
 def check_hub_inputs(options: TrainFlags) -> None:
     """Offline (the default): Hub names must be in the cache; fail now, in one line, naming `prepare`."""
-    from zerokit.runs import offline
-    from zerokit.training.model_source import is_path, require_model_folder, require_tokenizer_folder
+    from zerokit.sources.model_source import is_path, require_model_folder, require_tokenizer_folder
+    from zerokit.train import offline
 
     if options.model and is_path(options.model):
         require_model_folder("--model", options.model)
@@ -95,7 +95,7 @@ def check_hub_inputs(options: TrainFlags) -> None:
     if options.tokenizer:
         offline.require_cached_tokenizer(options.tokenizer)
     if options.dataset:
-        from zerokit.training.data import resolve_source
+        from zerokit.sources.data import resolve_source
 
         if resolve_source(options.dataset).kind == "hub":
             offline.require_cached_dataset(options.dataset)
@@ -108,15 +108,15 @@ def check_output_dir(path: Path, overwrite: bool, resume: str | None) -> None:
     checkpoint, or a run that did not finish); a finished run with no checkpoint is not resumed
     but replaced, which needs --overwrite.
     """
-    from zerokit.training import outputs
-    from zerokit.training.checkpoints import newest_complete_checkpoint
+    from zerokit.outputs import ownership
+    from zerokit.outputs.checkpoints import newest_complete_checkpoint
 
-    outputs.check_writable(path, "--output-dir")
+    ownership.check_writable(path, "--output-dir")
     if path.exists() and not path.is_dir():
         raise UserError(f"output {path} exists and is a file: pick another --output-dir")
-    if overwrite or not outputs.entries(path):
+    if overwrite or not ownership.entries(path):
         return
-    record = outputs.read_record(path)
+    record = ownership.read_record(path)
     finished = record.finished if record else (path / "train_results.json").is_file()
     if resume is not None and (newest_complete_checkpoint(path) or (record and not finished)):
         return

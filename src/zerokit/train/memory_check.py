@@ -1,7 +1,7 @@
 """Train's memory check, before the model is built: the run's numbers against this node's.
 
 The model is counted on the meta device (no memory), its layout read from the DeepSpeed config and the
-ranks, and both judged by zerokit.training.memory_need against zerokit.training.node_memory's probes: a
+ranks, and both judged by zerokit.train.memory_need against zerokit.cluster.node_memory's probes: a
 run that cannot fit is refused in one line naming a fix, instead of the kernel's OOM killer ending it
 minutes later with no word, or CUDA running out in the first step.
 """
@@ -13,8 +13,8 @@ import os
 import sys
 
 from zerokit.foundations.errors import UserError
+from zerokit.train.memory_need import Node, Setup, judge
 from zerokit.train.options import TrainFlags
-from zerokit.training.memory_need import Node, Setup, judge
 
 
 def count_parameters(options: TrainFlags, config, zero3_hook=None) -> tuple[int, int, int]:
@@ -27,7 +27,7 @@ def count_parameters(options: TrainFlags, config, zero3_hook=None) -> tuple[int,
     from transformers import AutoModelForCausalLM
     from transformers.integrations.deepspeed import set_hf_deepspeed_config, unset_hf_deepspeed_config
 
-    from zerokit.training.lora import apply_lora, parse_lora, train_last_layers
+    from zerokit.train.lora import apply_lora, parse_lora, train_last_layers
 
     unset_hf_deepspeed_config()
     try:
@@ -74,7 +74,7 @@ def setup(options: TrainFlags, args, counted: tuple[int, int, int], world: int, 
 
 def probe_node(on_gpu: bool, device) -> Node:
     """This node: the host memory its ranks may still take, its ranks, this rank's free GPU memory."""
-    from zerokit.training.node_memory import host_available
+    from zerokit.cluster.node_memory import host_available
 
     ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 1)
     free = None
@@ -85,9 +85,9 @@ def probe_node(on_gpu: bool, device) -> Node:
     return Node(host_available=host_available(), ranks=ranks, device_free=free)
 
 
-def check_memory(options: TrainFlags, args, config, world: int, on_gpu: bool) -> int:
+def check_memory(options: TrainFlags, args, config, world: int, on_gpu: bool) -> Setup:
     """Refuse a run that cannot fit this node, warn (once per node) about one that barely does; returns the
-    model's parameter count."""
+    run's numbers (its parameters, those trained)."""
     run = setup(
         options, args, count_parameters(options, config, getattr(args, "hf_deepspeed_config", None)), world, on_gpu
     )
@@ -97,4 +97,4 @@ def check_memory(options: TrainFlags, args, config, world: int, on_gpu: bool) ->
         raise UserError(f"not enough memory: {verdict.line}")
     if verdict is not None and os.environ.get("LOCAL_RANK", "0") == "0":
         print(f"zerokit: warning: memory is tight: {verdict.line}", file=sys.stderr, flush=True)
-    return run.parameters
+    return run

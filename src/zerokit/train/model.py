@@ -13,7 +13,7 @@ def load_tokenizer(options: TrainFlags):
     from transformers import AutoTokenizer
 
     if options.embedded or (options.model_type and not options.tokenizer):
-        from zerokit.training.embedded import prepare_embedded
+        from zerokit.sources.embedded import prepare_embedded
 
         _, folder = prepare_embedded(embedded_cache_dir())
         return AutoTokenizer.from_pretrained(folder)
@@ -36,7 +36,7 @@ def model_config(options: TrainFlags, tokenizer):
             raise UserError(f"unknown --model-type {options.model_type!r}; e.g. gpt2, llama, mistral, qwen2")
         config = CONFIG_MAPPING[options.model_type]()
     else:
-        from zerokit.training.embedded import model_config as embedded_config
+        from zerokit.sources.embedded import model_config as embedded_config
 
         config = embedded_config()
     fit_to_tokenizer(config, tokenizer)
@@ -70,7 +70,7 @@ def fit_to_tokenizer(config, tokenizer):
 
 def fine_tuning(options: TrainFlags, model, args):
     """--lora wraps the model in adapters; --train-last-layers freezes the rest; else unchanged."""
-    from zerokit.training.lora import apply_lora, count_parameters, parse_lora, train_last_layers
+    from zerokit.train.lora import apply_lora, count_parameters, parse_lora, train_last_layers
 
     if options.lora is not None:
         model = apply_lora(model, parse_lora(options.lora))
@@ -102,14 +102,11 @@ def check_block_size(block_size: int, config, said: str, fix: str) -> None:
         )
 
 
-def check_limits(options: TrainFlags, tokenizer, config) -> None:
+def check_limits(options: TrainFlags, tokenizer, config, prepared: dict | None) -> None:
     """What the config is enough to refuse before the weights load, each in one line: blocks past the model's
     positions (--block-size, or the blocks `prepare tokenize` wrote), or a tokenizer with more tokens than the
     model embeds (its ids would index past the embedding). A fresh config is fitted to its tokenizer, so there
-    only --config-overrides can make the embedding smaller."""
-    from zerokit.prepare.pack import read_prepared
-
-    prepared = read_prepared(Path(options.dataset).expanduser()) if options.dataset else None
+    only --config-overrides can make the embedding smaller. prepared: the --dataset's prepared_info, if any."""
     if options.block_size:
         said = f"--block-size {options.block_size} is"
         check_block_size(options.block_size, config, said, "give --block-size {limit} or less")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from zerokit.foundations import values
 from zerokit.foundations.flags import flag
-from zerokit.training.ds_configs import CONFIGS_DIR, DEFAULT_CONFIG, resolve_ds_config
-from zerokit.training.lora import LORA_FORMAT
+from zerokit.sources.ds_configs import CONFIGS_DIR, DEFAULT_CONFIG, resolve_ds_config
+from zerokit.train.lora import LORA_FORMAT
 
 # Where `train`'s TrainingArguments differ from Hugging Face's, and why; every other field keeps HF's
 # default and meaning. `train --help` and docs/train.md list these (a unit test keeps them in step).

@@ -5,16 +5,16 @@ what the Trainer does for `train` (zerokit.train.trainer_engine), with the same 
 inside the lifecycle both share (zerokit.train.training_run):
 
 - the model is built whole on every rank (same seed, or from_pretrained), cut into pipeline layers
-  (zerokit.training.pipeline_layers) and each rank keeps its stage's;
+  (zerokit.train.pipeline_layers) and each rank keeps its stage's;
 - the DeepSpeed config is the Trainer's (HF fills its "auto" values from the TrainingArguments), with
   the batch sizes of the pipeline layout: micro-batch x micro-batches per step x data-parallel replicas;
 - each replica reads its share of the blocks in a seeded order that depends only on the step, so a
   resumed run reads on where the first stopped; the first and last stage of a replica read the same;
 - losses, learning rate and gradient norm are logged as the Trainer logs them (trainer_state.json's
   log_history); a NaN/inf loss stops the run before it saves; SIGTERM/SIGUSR1/SIGINT checkpoint at the
-  step's end (zerokit.runs.preemption, the same callback);
+  step's end (zerokit.train.callbacks.preemption, the same callback);
 - a checkpoint is DeepSpeed's (a file per layer, ZeRO-1 shards) plus the whole model as an ordinary HF
-  folder, written into `tmp-checkpoint-N` and published whole (zerokit.training.checkpoints);
+  folder, written into `tmp-checkpoint-N` and published whole (zerokit.outputs.checkpoints);
 - the final model is one HF folder (model.safetensors) that `generate` and from_pretrained load.
 """
 
@@ -32,16 +32,16 @@ import torch.distributed as dist
 
 from zerokit.foundations.files import write_json
 from zerokit.launch.rank.progress import heartbeat
+from zerokit.outputs.checkpoints import PIPELINE_NAME, PREFIX, STAGING_PREFIX, publish, rotate
 from zerokit.train.layout import ParallelLayout
-from zerokit.train.training_run import TrainingRun, perplexity
-from zerokit.training.checkpoints import PIPELINE_NAME, PREFIX, STAGING_PREFIX, publish, rotate
-from zerokit.training.pipeline_layers import (
+from zerokit.train.pipeline_layers import (
     PipeLayer,
     PipelineRefused,
     deepspeed_layers,
     loss_function,
     pipeline_layers,
 )
+from zerokit.train.training_run import TrainingRun, perplexity
 
 STAGES_FOLDER = "tmp-stages"  # each stage's weights under their HF names, merged into model.safetensors
 
@@ -208,7 +208,7 @@ class PipelineRun:
 
     def save_checkpoint(self, state, control) -> None:
         """checkpoint-N: DeepSpeed's files and the HF model, written into tmp-checkpoint-N, then published."""
-        from zerokit.runs.trainer import naming_a_full_disk
+        from zerokit.train.trainer import naming_a_full_disk
 
         run_dir = self.options.output_dir
         name = f"{PREFIX}-{state.global_step}"
@@ -263,7 +263,7 @@ class PipelineRun:
         from tqdm.auto import tqdm
         from transformers import TrainerControl, TrainerState
 
-        from zerokit.runs.trainer import diverged
+        from zerokit.train.callbacks.finite_loss import diverged
 
         args = self.args
         state = TrainerState.load_from_json(str(self.resume / "trainer_state.json")) if self.resume else TrainerState()
@@ -344,7 +344,7 @@ class PipelineRun:
 
     def save_final(self, metrics: dict[str, float]) -> None:
         """The whole model, the train results and the trainer state in the output folder."""
-        from zerokit.runs.trainer import naming_a_full_disk
+        from zerokit.train.trainer import naming_a_full_disk
 
         output = self.options.output_dir
         with naming_a_full_disk(output, "the model"):

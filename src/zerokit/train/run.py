@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
-from zerokit.train.blocks import block_length, load_datasets
+from zerokit.train.blocks import block_length, load_datasets, prepared_info
 from zerokit.train.layout import ParallelLayout
 from zerokit.train.memory_check import check_memory
+from zerokit.train.memory_need import Setup, count
 from zerokit.train.model import check_limits, fine_tuning, load_model, load_tokenizer, model_config
 from zerokit.train.options import (
     TrainFlags,
@@ -26,7 +27,6 @@ from zerokit.train.options import (
 )
 from zerokit.train.tensor_parallel import check_model
 from zerokit.train.training_run import TrainingRun
-from zerokit.training.memory_need import count
 
 
 def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[str] = ()) -> int:
@@ -44,9 +44,9 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     from transformers import set_seed
     from transformers.trainer_utils import enable_full_determinism
 
-    from zerokit.runs.preemption import BENCH_WITHOUT_VARIABLE, PreemptionCallback
-    from zerokit.runs.run_record import RunRecorder
-    from zerokit.training.checkpoints import check_pipeline_resume, needs_universal_load, resolve_resume
+    from zerokit.outputs.checkpoints import check_pipeline_resume, needs_universal_load, resolve_resume
+    from zerokit.train.callbacks.preemption import BENCH_WITHOUT_VARIABLE, PreemptionCallback
+    from zerokit.train.callbacks.run_record import RunRecorder
 
     mark("imports")
     preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
@@ -56,6 +56,7 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     if resume:
         check_pipeline_resume(resume, layout.as_record() if pipelined else None)
     universal = bool(resume) and not pipelined and needs_universal_load(resume, layout.world, options.tp_size)
+    prepared = prepared_info(options)
 
     on_gpu = torch.cuda.is_available()
     args = training_arguments(options, training_flags, universal, on_gpu)
@@ -65,11 +66,11 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     tokenizer = load_tokenizer(options)
     mark("tokenizer")
     config = model_config(options, tokenizer)
-    check_limits(options, tokenizer, config)  # every rank alike, before anything is written or the weights load
+    check_limits(options, tokenizer, config, prepared)  # every rank alike, before anything is written or loaded
     check_model(options.tp_size, config)
-    parameters = check_memory(options, args, config, layout.world, on_gpu)  # before the model is built
-    start = _start_message(options, resume, universal, config, parameters)
-    record = claim_output_dir(options, resume, args.process_index)
+    numbers = check_memory(options, args, config, layout.world, on_gpu)  # before the model is built
+    start = _start_message(options, resume, universal, config, numbers.parameters)
+    record = claim_output_dir(options, resume, args.process_index, disk_need(numbers, args.save_strategy != "no"))
     if args.full_determinism:
         enable_full_determinism(args.seed)
     else:
@@ -77,14 +78,13 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
 
     model = fine_tuning(options, load_model(options, config), args)
     mark("model")
-    check_free_space(options.output_dir, model, saves_checkpoints=args.save_strategy != "no")
-    datasets = load_datasets(options, tokenizer, model, args)
+    datasets = load_datasets(options, tokenizer, model, args, prepared)
     mark("data")
     if os.environ.get(BENCH_WITHOUT_VARIABLE) == "1":
         preemption = None
     callbacks = [] if preemption is None else [preemption]
     if options.timings_dir:
-        from zerokit.training.step_clock import StepClock
+        from zerokit.train.callbacks.step_clock import StepClock
 
         shared = layout.model_parallel  # ranks per data-parallel replica
         whole = model.num_parameters() if shared > 1 else None  # before AutoTP or the stages split it
@@ -130,7 +130,7 @@ def training_arguments(options: TrainFlags, training_flags: Sequence[str], unive
     import torch
     from transformers import HfArgumentParser
 
-    from zerokit.runs.secret_free import SecretFreeArguments
+    from zerokit.train.secret_free import SecretFreeArguments
 
     parser = HfArgumentParser(SecretFreeArguments, allow_abbrev=False)  # training_args.bin holds no token
     parser.set_defaults(**training_defaults(options.embedded, training_flags))
@@ -153,43 +153,41 @@ def training_arguments(options: TrainFlags, training_flags: Sequence[str], unive
     return args
 
 
-def claim_output_dir(options: TrainFlags, resume: Path | None, rank: int):
-    """Rank 0 records the run in its output folder (zerokit.training.outputs), after every rank has checked it.
+def claim_output_dir(options: TrainFlags, resume: Path | None, rank: int, needed: int):
+    """Rank 0 records the run in its output folder (zerokit.outputs.ownership), after every rank has checked it
+    and its disk's room for `needed` bytes (disk_need).
 
     --overwrite without --resume first removes what an earlier run wrote there (its model, its
     checkpoints), so neither rotation nor a later `--resume auto` mistakes them for this run's.
     Returns the record on rank 0, None on the others.
     """
+    import shutil
+
     import torch.distributed as dist
 
-    from zerokit.training import outputs
+    from zerokit.outputs import ownership
 
+    free = shutil.disk_usage(ownership.existing_parent(options.output_dir)).free
+    if free < needed:
+        raise UserError(
+            f"--output-dir {options.output_dir} has {free / 2**20:.0f} MiB free, and the run needs about "
+            f"{needed / 2**20:.0f} MiB there (the model, and one checkpoint when it saves): free space there or "
+            "pick another --output-dir"
+        )
     record = None
     if rank == 0:
-        outputs.hold_lock(options.output_dir, "train")
-        record = outputs.begin(options.output_dir, "train", replace=options.overwrite and resume is None)
+        ownership.hold_lock(options.output_dir, "train")
+        record = ownership.begin(options.output_dir, "train", replace=options.overwrite and resume is None)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
     return record
 
 
-def check_free_space(output_dir: Path, model, saves_checkpoints: bool) -> None:
-    """Fail before training when the output folder's disk cannot hold the model (and a checkpoint)."""
-    import shutil
-
-    total = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    # fp32 weights; a checkpoint adds fp32 weights and Adam's two moments of what is trained.
-    needed = 4 * total + (4 * total + 8 * trainable if saves_checkpoints else 0)
-    from zerokit.training.outputs import existing_parent
-
-    free = shutil.disk_usage(existing_parent(output_dir)).free
-    if free < needed:
-        raise UserError(
-            f"--output-dir {output_dir} has {free / 2**20:.0f} MiB free, and the model"
-            + (" and one checkpoint need" if saves_checkpoints else " needs")
-            + f" about {needed / 2**20:.0f} MiB: free space there or pick another --output-dir"
-        )
+def disk_need(numbers: Setup, saves_checkpoints: bool) -> int:
+    """Bytes the output folder's disk must hold: the fp32 weights, and a checkpoint's fp32 weights and Adam's
+    two moments of what is trained."""
+    weights = 4 * numbers.parameters
+    return weights + (weights + 8 * numbers.trainable if saves_checkpoints else 0)
 
 
 def join_process_group(args, deepspeed: bool) -> None:

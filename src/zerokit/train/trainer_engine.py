@@ -1,4 +1,4 @@
-"""The engine of a run without `--pp-size`: the HF Trainer (zerokit.runs.trainer's ZerokitTrainer), ZeRO and AutoTP."""
+"""The engine of a run without `--pp-size`: the HF Trainer (zerokit.train.trainer's ZerokitTrainer), ZeRO and AutoTP."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ class TrainerEngine:
         from transformers import default_data_collator
 
         from zerokit.foundations.startup_marks import mark
-        from zerokit.runs.trainer import FiniteLossGuard, ZerokitTrainer
+        from zerokit.train.callbacks.finite_loss import FiniteLossGuard
+        from zerokit.train.trainer import ZerokitTrainer
 
         self.resume = run.resume
         self.trainer = ZerokitTrainer(

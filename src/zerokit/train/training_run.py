@@ -23,8 +23,8 @@ from zerokit.train.options import TrainFlags
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainingArguments
 
-    from zerokit.runs.preemption import PreemptionCallback
-    from zerokit.training.outputs import OutputRecord
+    from zerokit.outputs.ownership import OutputRecord
+    from zerokit.train.callbacks.preemption import PreemptionCallback
 
 
 def perplexity(eval_loss: float) -> float:
@@ -86,9 +86,9 @@ class TrainingRun:
             if self.options.merge and self.args.should_save:
                 self.merge_adapter()
             if self.record is not None:
-                from zerokit.training import outputs
+                from zerokit.outputs import ownership
 
-                outputs.finish(self.options.output_dir, self.record)
+                ownership.finish(self.options.output_dir, self.record)
         except RunFailure:
             shutdown_distributed(barrier=False)  # every rank got here, or the launcher stops the rest
             raise
@@ -99,7 +99,7 @@ class TrainingRun:
         """--merge: the LoRA adapter merged into its base, in the output folder's merged/."""
         from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
-        from zerokit.training.lora import merge_adapter
+        from zerokit.train.lora import merge_adapter
 
         unset_hf_deepspeed_config()  # the base is loaded whole, not partitioned by ZeRO-3
         output = self.options.output_dir

@@ -12,7 +12,7 @@ from zerokit.bench.plan import BenchConfig, DataInputs, PlainInputs, plan_runs
 from zerokit.bench.report import config_rows, data_summary, overhead_summary, scaling_rows, startup_summary
 from zerokit.bench.runner import RunResult
 from zerokit.foundations.errors import UserError
-from zerokit.runs.preemption import BENCH_WITHOUT_VARIABLE
+from zerokit.train.callbacks.preemption import BENCH_WITHOUT_VARIABLE
 
 
 def config(tmp_path: Path, **changes) -> BenchConfig:
@@ -263,7 +263,7 @@ def test_the_clock_counts_the_tokens_a_short_last_batch_really_had(tmp_path: Pat
 
     from zerokit.bench.plan import Run
     from zerokit.bench.runner import summarize
-    from zerokit.training.step_clock import StepClock
+    from zerokit.train.callbacks.step_clock import StepClock
 
     clock = StepClock(tmp_path / "timings", tokens_per_sample=16)
     args = SimpleNamespace(world_size=1, process_index=0, per_device_train_batch_size=4, gradient_accumulation_steps=1)

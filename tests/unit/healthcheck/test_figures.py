@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import asdict
 
 import pytest
 
 from zerokit.healthcheck import report
 from zerokit.healthcheck.links import Link, merge, rounds
 from zerokit.healthcheck.sweep import CPU_SIZES, GPU_SIZES, Timing, bus_bandwidth
+from zerokit.healthcheck.transport import NodeTransport
 from zerokit.healthcheck.verdict import differing_nodes, gpu_findings, judge, slow_nodes
 
 GB = 1e9
@@ -102,9 +104,10 @@ def test_uncorrected_ecc_errors_name_the_node():
 def test_the_report_reads_as_the_readme_shows():
     links = links_with("n2", ("n1", "n2", "n3"))
     node_facts = {h: {**f, "host": h, "interface": "eth0", "mem_available": 2**30, "shm_bytes": 2**30, "commit": "c",
-                      "image": "none (host)", "deepspeed": "0.19.8", "nccl": "-", "gpu_model": "-"}
+                      "image": "none (host)", "deepspeed": "0.19.8", "nccl": "-", "gpu_model": "-",
+                      "transport": asdict(NodeTransport("sockets", "", "eth0"))}
                   for h, f in facts().items()}  # fmt: skip
-    findings = judge(links, node_facts, "n1", factor=4)
+    findings = judge(links, node_facts, "n1", factor=4, backend="gloo")
     built = report.build(backend="gloo", ranks=3, node_facts=node_facts, ranks_per_host={"n1": 1, "n2": 1, "n3": 1},
                          rendezvous_s=0.5, barrier_s=1e-4, timings=[Timing("all_reduce", 4096, 1e-4),
                          Timing("all_gather", 4095, 1e-4)], links=links, findings=findings, elapsed_s=3.0)  # fmt: skip
@@ -112,7 +115,7 @@ def test_the_report_reads_as_the_readme_shows():
     assert built["slowest_links"][:2] == ["n1-n2", "n2-n3"]
     text = report.text(built)
     assert "FAIL n2: slow link" in text and text.endswith("verdict: FAIL (1 finding(s) above)")
-    assert "      4K" in text and "n1 - n2" in text
+    assert "      4K" in text and "n1 <-> n2: 0.100 GB/s via gloo over TCP (eth0); latency 50 us" in text
 
 
 def test_the_image_is_named_by_its_build_and_its_path_is_shown_apart():

@@ -14,7 +14,7 @@ from zerokit.image.ds_install import Prebuilt, read_prebuilt
 from zerokit.launch.config import parse
 from zerokit.launch.job_ops import check_job_ops, job_ds_config
 from zerokit.launch.plan import plan
-from zerokit.training.ds_configs import bundled
+from zerokit.sources.ds_configs import bundled
 
 PY = "/venv/bin/python"
 TRAIN = (PY, "-m", "zerokit", "train")

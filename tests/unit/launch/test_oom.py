@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
+from zerokit.cluster.node_memory import meminfo
 from zerokit.launch import supervisor
 from zerokit.launch.command import Command
 from zerokit.launch.oom import oom_cause
 from zerokit.launch.supervisor import execute_commands
-from zerokit.training.node_memory import meminfo
 
 GiB = 2**30
 KERNEL_LOG = (

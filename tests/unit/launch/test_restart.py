@@ -19,7 +19,7 @@ from zerokit.foundations.restart_log import VARIABLE, inherited_events
 from zerokit.launch.command import Command
 from zerokit.launch.execute import restarting
 from zerokit.launch.restart import is_machine_fault, log_path, restart_argv
-from zerokit.runs.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
+from zerokit.train.callbacks.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
 
 PY = "/venv/bin/python"
 

@@ -12,7 +12,7 @@ import shutil
 import socket
 from pathlib import Path
 
-from zerokit.training.corpus import write_corpus
+from zerokit.sources.corpus import write_corpus
 
 VOCAB_SIZE = 512
 BLOCK_SIZE = 64

@@ -1,7 +1,7 @@
 """Checkpoints: found for `--resume auto`, checked for damage, checked against the world size.
 
 Pure file logic (no torch): `train` checks the output folder with it before any rank starts.
-How checkpoints are written (atomically, rotated) is in zerokit.runs.trainer.
+How checkpoints are written (atomically, rotated) is in zerokit.train.trainer.
 
 A checkpoint can be damaged after it was written whole (a node dies while a file system
 flushes, a quota cuts a copy short). Each checkpoint carries SIZES_NAME, the size of every file
@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
-from zerokit.training.outputs import foreign_entries
+from zerokit.outputs.ownership import foreign_entries
 
 PREFIX = "checkpoint"  # the Trainer's PREFIX_CHECKPOINT_DIR
 CHECKPOINT_NAME = re.compile(rf"{PREFIX}-(\d+)")
@@ -36,7 +36,7 @@ def complete_checkpoints(output_dir: Path) -> list[Path]:
     """This run's `checkpoint-N` folders that have their trainer state, newest first.
 
     Checkpoints that were in the folder before this run's chain began (foreign, see
-    zerokit.training.outputs) are not this run's: never resumed from, never rotated.
+    zerokit.outputs.ownership) are not this run's: never resumed from, never rotated.
     """
     if not output_dir.is_dir():
         return []

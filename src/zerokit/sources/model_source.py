@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
-from zerokit.training.hub_cache import TOKENIZER_FILES
+from zerokit.sources.hub_cache import TOKENIZER_FILES
 
 
 def is_path(name: str) -> bool:

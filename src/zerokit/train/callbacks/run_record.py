@@ -9,7 +9,7 @@ checkpoints it came from: the checkpoint it resumed, then that checkpoint's own 
 ("restarts": when, node, rank, cause, exit status, restart number, the checkpoint resumed from), read from the
 log launch names to it (zerokit.foundations.restart_log).
 
-The file is written after the output folder is claimed (zerokit.training.outputs), so the folder's record
+The file is written after the output folder is claimed (zerokit.outputs.ownership), so the folder's record
 counts it as this run's: `--overwrite` removes it with the rest of the run's files.
 """
 
@@ -39,7 +39,7 @@ from zerokit.image.provenance import (
     redacted_argv,
     start_environment,
 )
-from zerokit.training.checkpoints import PREFIX, SIZES_NAME
+from zerokit.outputs.checkpoints import PREFIX, SIZES_NAME
 
 
 def write_record(path: Path, data: dict) -> None:
@@ -170,7 +170,7 @@ class RunRecorder(TrainerCallback):
 
 
 def add_to_sizes(checkpoint: Path, name: str) -> None:
-    """List a file added after publishing in the checkpoint's size record (zerokit.training.checkpoints.damage)."""
+    """List a file added after publishing in the checkpoint's size record (zerokit.outputs.checkpoints.damage)."""
     sizes_path = checkpoint / SIZES_NAME
     if not sizes_path.is_file():
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -49,6 +50,12 @@ def resolve_source(name: str) -> DatasetSource:
             f"dataset folder {path} has no .txt files and is not a save_to_disk folder (give {SOURCE_HELP})"
         )
     return DatasetSource(kind="files", location=str(path), loader="text", data_files=tuple(texts))
+
+
+def read_prepared(folder: Path) -> dict | None:
+    """The metadata of a folder written by `prepare tokenize` (zerokit.prepare.pack), or None for any other folder."""
+    path = folder / PREPARED_NAME
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def check_text_files(source: DatasetSource, sample_bytes: int = 1 << 16) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from zerokit.foundations.errors import UserError
-from zerokit.training import outputs
+from zerokit.outputs import ownership
 
 
 def write(path: Path, text: str = "x") -> Path:
@@ -18,38 +18,38 @@ def write(path: Path, text: str = "x") -> Path:
 
 def test_overwrite_removes_what_the_earlier_run_wrote_and_keeps_the_rest(tmp_path: Path):
     notes = write(tmp_path / "notes.txt", "mine")
-    record = outputs.begin(tmp_path, "train", replace=False)
+    record = ownership.begin(tmp_path, "train", replace=False)
     write(tmp_path / "model.safetensors")
     write(tmp_path / "checkpoint-2" / "trainer_state.json", "{}")
-    outputs.finish(tmp_path, record)
-    assert outputs.read_record(tmp_path).owned == ["checkpoint-2", "model.safetensors"]
+    ownership.finish(tmp_path, record)
+    assert ownership.read_record(tmp_path).owned == ["checkpoint-2", "model.safetensors"]
     later = write(tmp_path / "added-after.txt")  # the user's, written after the run finished
 
-    outputs.begin(tmp_path, "train", replace=True)
-    assert sorted(outputs.entries(tmp_path)) == ["added-after.txt", "notes.txt"]
+    ownership.begin(tmp_path, "train", replace=True)
+    assert sorted(ownership.entries(tmp_path)) == ["added-after.txt", "notes.txt"]
     assert notes.read_text() == "mine" and later.is_file()
 
 
 def test_an_unfinished_run_owns_everything_but_what_was_there_before(tmp_path: Path):
     write(tmp_path / "corpus.txt")
-    outputs.begin(tmp_path, "bench", replace=False)
+    ownership.begin(tmp_path, "bench", replace=False)
     write(tmp_path / "runs" / "r1" / "log")  # then the run was killed: no list of what it wrote
-    outputs.begin(tmp_path, "bench", replace=True)
-    assert outputs.entries(tmp_path) == {"corpus.txt"}
+    ownership.begin(tmp_path, "bench", replace=True)
+    assert ownership.entries(tmp_path) == {"corpus.txt"}
 
 
 def test_a_resumed_run_keeps_the_foreign_list(tmp_path: Path):
     write(tmp_path / "checkpoint-9" / "trainer_state.json", "{}")
-    outputs.begin(tmp_path, "train", replace=False)
+    ownership.begin(tmp_path, "train", replace=False)
     write(tmp_path / "checkpoint-1" / "trainer_state.json", "{}")
-    record = outputs.begin(tmp_path, "train", replace=False)  # --resume: the same chain
+    record = ownership.begin(tmp_path, "train", replace=False)  # --resume: the same chain
     assert record.foreign == ["checkpoint-9"] and not record.finished
 
 
 def test_damaged_record_is_one_line(tmp_path: Path):
-    write(tmp_path / outputs.RECORD_NAME, "{not json")
+    write(tmp_path / ownership.RECORD_NAME, "{not json")
     with pytest.raises(UserError, match=r"is damaged.*remove it"):
-        outputs.read_record(tmp_path)
+        ownership.read_record(tmp_path)
 
 
 def test_a_second_run_into_a_locked_folder_fails_at_once(tmp_path: Path):
@@ -58,25 +58,25 @@ def test_a_second_run_into_a_locked_folder_fails_at_once(tmp_path: Path):
     import sys
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from zerokit.training import outputs; "
-         f"outputs.hold_lock(__import__('pathlib').Path({str(tmp_path)!r}), 'train'); print('held', flush=True); "
+        [sys.executable, "-c", "import sys, time; from zerokit.outputs import ownership; "
+         f"ownership.hold_lock(__import__('pathlib').Path({str(tmp_path)!r}), 'train'); print('held', flush=True); "
          "time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(Path(outputs.__file__).parents[2])},
+        stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(Path(ownership.__file__).parents[2])},
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(UserError, match=rf"being written by another run \(train, pid {holder.pid} on "):
-            outputs.hold_lock(tmp_path, "train")
+            ownership.hold_lock(tmp_path, "train")
     finally:
         holder.kill()
         holder.wait()
-    outputs.hold_lock(tmp_path, "train")  # released with the process that held it
-    assert outputs.entries(tmp_path) == set()  # the lock file is not a run's output
+    ownership.hold_lock(tmp_path, "train")  # released with the process that held it
+    assert ownership.entries(tmp_path) == set()  # the lock file is not a run's output
 
 
 def test_an_output_built_beside_replaces_the_old_one_whole(tmp_path: Path):
     output = write(tmp_path / "blocks" / "data.arrow", "old").parent
-    with outputs.built_beside(output, "prepare tokenize", "--output") as partial:
+    with ownership.built_beside(output, "prepare tokenize", "--output") as partial:
         write(partial / "data.arrow", "new")
         assert (output / "data.arrow").read_text() == "old"  # nobody sees half a result
     assert (output / "data.arrow").read_text() == "new"
@@ -88,7 +88,7 @@ def test_an_output_changed_meanwhile_is_not_replaced_and_nothing_is_lost(tmp_pat
     changed = "changed while prepare tokenize ran, so it was not replaced"
     with (
         pytest.raises(UserError, match=changed) as caught,
-        outputs.built_beside(output, "prepare tokenize", "--output") as partial,
+        ownership.built_beside(output, "prepare tokenize", "--output") as partial,
     ):
         write(partial / "data.arrow", "new")
         write(output / "notes.txt", "mine")  # the user's, put there while the command ran
@@ -98,7 +98,7 @@ def test_an_output_changed_meanwhile_is_not_replaced_and_nothing_is_lost(tmp_pat
 
 def test_a_failed_build_leaves_nothing_beside_the_output(tmp_path: Path):
     output = tmp_path / "out.jsonl"
-    with pytest.raises(RuntimeError), outputs.built_beside(output, "generate", "--output") as partial:
+    with pytest.raises(RuntimeError), ownership.built_beside(output, "generate", "--output") as partial:
         write(partial, "half")
         raise RuntimeError("the model failed")
     assert list(tmp_path.iterdir()) == []

@@ -43,7 +43,7 @@ def require_cached_model(name: str) -> None:
         return
     from huggingface_hub.constants import HF_HUB_CACHE
 
-    from zerokit.training.hub_cache import cached_snapshot, missing_model_files
+    from zerokit.sources.hub_cache import cached_snapshot, missing_model_files
 
     folder, why = cached_snapshot(name, "model", Path(HF_HUB_CACHE))
     if folder is not None and (missing := missing_model_files(folder)):
@@ -57,7 +57,7 @@ def require_cached_tokenizer(name: str) -> None:
         return
     from huggingface_hub.constants import HF_HUB_CACHE
 
-    from zerokit.training.hub_cache import cached_snapshot
+    from zerokit.sources.hub_cache import cached_snapshot
 
     folder, why = cached_snapshot(name, "model", Path(HF_HUB_CACHE))
     if folder is None:
@@ -68,7 +68,7 @@ def require_cached_dataset(name: str) -> None:
     """A Hub dataset: its files in the hub cache, or the Arrow files load_dataset prepared."""
     from huggingface_hub.constants import HF_HOME, HF_HUB_CACHE
 
-    from zerokit.training.hub_cache import NOT_DATA, cached_snapshot
+    from zerokit.sources.hub_cache import NOT_DATA, cached_snapshot
 
     folder, why = cached_snapshot(name, "dataset", Path(HF_HUB_CACHE))
     if folder is not None and any(p.is_file() and p.name not in NOT_DATA for p in folder.rglob("*")):
