@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from transformers.trainer_callback import CallbackHandler, DefaultFlowCallback
 
 from zerokit.foundations.files import write_json
 from zerokit.launch.rank.progress import heartbeat
@@ -133,7 +134,7 @@ class PipelineRun:
                 "--pp-size keeps no best checkpoint yet: drop --save_strategy best / --load_best_model_at_end"
             )
         self.options, self.args, self.layout, self.resume = run.options, args, layout, run.resume
-        self.tokenizer, self.datasets, self.callbacks = run.tokenizer, run.datasets, run.callbacks
+        self.tokenizer, self.datasets = run.tokenizer, run.datasets
         self.config = model.config
         self.layers: list[PipeLayer] = pipeline_layers(model)
         blocks = sum(layer.is_block for layer in self.layers)
@@ -168,7 +169,10 @@ class PipelineRun:
             _, client_state = self.engine.load_checkpoint(str(self.resume))
             self.start = int(client_state["zerokit_step"])
         self.metrics: dict[str, float] = {}  # the train metrics, once saved
-        self.event("on_init_end", None, None)
+        # The Trainer's own dispatch and flow: DefaultFlowCallback says when a step logs, evaluates, saves, ends.
+        flow = [DefaultFlowCallback(), *run.callbacks]
+        self.callbacks = CallbackHandler(flow, self.engine, self.tokenizer, optimizer=None, lr_scheduler=None)
+        self.callbacks.on_init_end(args, None, None)
 
     def local_hf_state(self) -> dict[str, torch.Tensor]:
         """This stage's weights under their Hugging Face names."""
@@ -226,7 +230,7 @@ class PipelineRun:
             publish(staging, run_dir / name)
             rotate(run_dir, self.args.save_total_limit)
         dist.barrier()
-        self.event("on_save", state, control)
+        self.callbacks.on_save(self.args, state, control)
 
     def validation(self) -> dict[str, float] | None:
         """The validation loss over this layout's whole micro-batches (None when there is not one)."""
@@ -252,12 +256,6 @@ class PipelineRun:
             "eval_samples": count * micro * self.layout.dp,
         }
 
-    def event(self, name: str, state, control, **kwargs):
-        """Each TrainerCallback's hook `name`, in order, as the Trainer calls them; the control they leave."""
-        for callback in self.callbacks:
-            control = getattr(callback, name)(self.args, state, control, **kwargs) or control
-        return control
-
     def train(self) -> dict[str, float]:
         """Steps from the checkpoint's (or 0) to max_steps; the train metrics (empty once preempted)."""
         from tqdm.auto import tqdm
@@ -271,11 +269,9 @@ class PipelineRun:
         state.max_steps, state.global_step = self.max_steps, self.start
         state.train_batch_size = micro
         state.is_world_process_zero = state.is_local_process_zero = self.rank == 0
-        log_every = every(args.logging_steps, self.max_steps)
-        state.logging_steps, state.save_steps = log_every, every(args.save_steps, self.max_steps)
-        state.eval_steps = every(args.eval_steps or log_every, self.max_steps)
+        state.compute_steps(args, self.max_steps)  # logging, eval and save steps, as the Trainer counts them
         self.state = state
-        control = self.event("on_train_begin", state, TrainerControl())
+        control = self.callbacks.on_train_begin(args, state, TrainerControl())
         train_blocks, replicas = self.datasets["train"], self.layout.dp
         per_epoch = len(train_blocks) // replicas // micro
         data = micro_batches(train_blocks, micro, replicas, self.dp_rank, args.seed, self.start * accumulation)
@@ -284,6 +280,7 @@ class PipelineRun:
         started = time.monotonic()
         bar = tqdm(total=self.max_steps, initial=self.start, disable=self.rank != 0 or args.disable_tqdm)
         for step in range(self.start + 1, self.max_steps + 1):
+            control = self.callbacks.on_step_begin(args, state, control)
             loss = float(self.engine.train_batch(data))  # on every rank: the last stage's, averaged over replicas
             heartbeat()  # launch's stall watch: a step ended (as the Trainer's steps report it)
             state.global_step, state.epoch = step, step * accumulation / per_epoch
@@ -292,26 +289,22 @@ class PipelineRun:
             losses.append(loss)
             since_log.append(loss)
             bar.update(1)
-            last = step == self.max_steps
-            epoch_ended = int(state.epoch) > int((step - 1) * accumulation / per_epoch)
-            at_end = last and args.save_strategy != "no"
-            control.should_save = due(args.save_strategy, state.save_steps, step, epoch_ended) or at_end
-            control = self.event("on_step_end", state, control)  # a preemption asks to save and stop
-            if step % log_every == 0 or last or control.should_training_stop:
-                self.log(state, sum(since_log) / len(since_log))
+            control = self.callbacks.on_step_end(args, state, control)  # due logs and saves; a preemption's stop
+            if int(state.epoch) > int((step - 1) * accumulation / per_epoch):
+                control = self.callbacks.on_epoch_end(args, state, control)
+            if control.should_log or (control.should_training_stop and since_log):
+                control = self.log(state, control, sum(since_log) / len(since_log))
                 since_log = []
-            if due(args.eval_strategy, state.eval_steps, step, epoch_ended) and not last:
+            if control.should_evaluate and step < self.max_steps:  # the last evaluation is evaluate()'s
                 self.log_evaluation(state, control)
             if control.should_save:
                 self.save_checkpoint(state, control)
-                control.should_save = False
             if control.should_training_stop:
-                bar.close()
-                return {}
+                break
         bar.close()
         runtime = time.monotonic() - started
         samples = len(losses) * micro * accumulation * replicas
-        self.event("on_train_end", state, control)
+        self.callbacks.on_train_end(args, state, control)
         return {
             "train_loss": sum(losses) / max(1, len(losses)),
             "train_runtime": round(runtime, 4),
@@ -320,15 +313,17 @@ class PipelineRun:
             "epoch": state.epoch,
         }
 
-    def log(self, state, loss: float) -> None:
+    def log(self, state, control, loss: float):
+        """The step's logs in the trainer state and on stdout, and to every callback (on_log); its control."""
         entry = {"loss": loss, "learning_rate": float(self.engine.get_lr()[0])}
         norm = self.engine.get_global_grad_norm()
         if norm is not None:
             entry["grad_norm"] = float(norm)
-        entry.update(epoch=state.epoch, step=state.global_step)
-        state.log_history.append(entry)
+        logs = {**entry, "epoch": state.epoch}
+        state.log_history.append({**logs, "step": state.global_step})
         if self.rank == 0:
-            show({k: v for k, v in entry.items() if k != "step"})
+            show(logs)
+        return self.callbacks.on_log(self.args, state, control, logs)
 
     def log_evaluation(self, state, control) -> dict[str, float] | None:
         """The validation loss, logged as the Trainer logs it (during training, and at the end)."""
@@ -339,7 +334,7 @@ class PipelineRun:
             )
             if self.rank == 0:
                 show({"eval_loss": evaluation["eval_loss"], "epoch": state.epoch})
-            self.event("on_evaluate", state, control, metrics=evaluation)
+            self.callbacks.on_evaluate(self.args, state, control, metrics=evaluation)
         return evaluation
 
     def save_final(self, metrics: dict[str, float]) -> None:
@@ -375,13 +370,3 @@ def show(logs: dict) -> None:
 
     tqdm.write(str(logs))
     sys.stdout.flush()
-
-
-def due(strategy, steps: int, step: int, epoch_ended: bool) -> bool:
-    """Whether a save or evaluation strategy of the Trainer's ("no", "steps", "epoch") asks for one after step."""
-    return (strategy == "steps" and step % steps == 0) or (strategy == "epoch" and epoch_ended)
-
-
-def every(steps: float, max_steps: int) -> int:
-    """The Trainer's logging_steps/save_steps: a count, or below 1 a fraction of max_steps."""
-    return int(steps) if steps >= 1 else max(1, math.ceil(steps * max_steps))
