@@ -26,7 +26,9 @@ from tests.cluster.test_launch_cluster import (
 from tests.conftest import isolated_env, logged_losses, run_zerokit
 from tests.e2e.test_pipeline import llama_argv
 from tests.e2e.test_tensor_parallel import TINY_LLAMA
+from tests.unit.fake_nccl_plugin import NEWER_GLIBC_VERSION, build, needs_gcc
 from zerokit.image.container import PASS_JOB_ENV
+from zerokit.image.plugin_binds import DEPS_MOUNT, PLUGIN_MOUNT
 
 
 def sif_env(tmp: Path, apptainer: Apptainer, sif: Path, **extra: str) -> dict[str, str]:
@@ -325,3 +327,60 @@ def test_the_fix_the_cleanenv_error_names_trains_the_job(
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert_trained(tmp / "run")
     assert one_node_in_the_sif == pytest.approx(logged_losses(tmp / "run"), abs=1e-4)
+
+
+# A rank's load of the plugin as NCCL's (dlopen of NCCL_NET_PLUGIN with the rank's LD_LIBRARY_PATH), then its init,
+# which calls into the fabric library (42): what it loaded, from where, and what the job bound beside it.
+PLUGIN_PROBE = f"""\
+import ctypes, os
+class Net(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("init", ctypes.CFUNCTYPE(ctypes.c_int))]
+path = os.environ["NCCL_NET_PLUGIN"]
+net = Net.in_dll(ctypes.CDLL(path), "ncclNetPlugin_v8")
+fabric = next(line.split()[-1] for line in open("/proc/self/maps") if "libfakefabric" in line)
+print("probe: rank", os.environ["RANK"], path, net.name.decode(), "init", net.init(), "fabric", fabric,
+      "NCCL_NET=" + os.environ["NCCL_NET"], "bound", *sorted(os.listdir("{DEPS_MOUNT}")), flush=True)
+"""
+PLUGIN_SRUN = ["srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1"]
+
+
+@needs_gcc
+def test_the_nccl_plugin_is_bound_into_the_sif_and_checked_before_any_rank_starts(
+    cluster: Cluster, apptainer: Apptainer, sif: Path
+):
+    """The fake NCCL net plugin (tests/unit/fake_nccl_plugin.py) on both nodes, one rank each. Bound by the job
+    scripts' words (ZEROKIT_NCCL_PLUGIN on the host, whose ldd finds the fabric library), launch's check in the
+    SIF passes and each rank loads the plugin and its fabric library from the binds. Its folder bound by hand
+    with `launch --nccl-plugin`, launch refuses on each node in one line, and no rank starts: without the fabric
+    library, and for a plugin needing a newer glibc than the image's."""
+    tmp = cluster.shared_dir / "sif-nccl-plugin"
+    fake = build(tmp / "fake")
+    ranks = ["--nproc-per-node", "1", "--", "python", "-c", PLUGIN_PROBE]
+    job = (
+        'source "$ZEROKIT_DIR/scripts/container.sh" && LD_LIBRARY_PATH=$FABRIC container_words "$PWD" && '
+        f'exec {shlex.join(PLUGIN_SRUN)} "${{run[@]}}" launch --nccl-net-strict "$@"'
+    )
+    env = sif_env(tmp, apptainer, sif, ZEROKIT_NCCL_PLUGIN=str(fake.plugin.parent), FABRIC=str(fake.fabric))
+    result = cluster.run("node1", ["bash", "-c", job, "job", *ranks], env=env, cwd=tmp, timeout=300)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert ranks_seen(log) == {0: "node1", 1: "node2"}
+    plugin = f"{PLUGIN_MOUNT}/{fake.plugin.name}"
+    loaded = f"{plugin} FakeFabric init 42 fabric {DEPS_MOUNT}/libfakefabric.so.1 NCCL_NET=FakeFabric bound"
+    assert sorted(line for line in log.splitlines() if line.startswith("probe:")) == [
+        f"probe: rank {rank} {loaded} libfakefabric.so.1" for rank in (0, 1)
+    ], log[-4000:]
+
+    for folder, why in (
+        (fake.plugin.parent, "needs libfakefabric.so.1, which is not found in the image: set ZEROKIT_NCCL_PLUGIN "),
+        (fake.newer_glibc.parent, f"needs {NEWER_GLIBC_VERSION} of libc.so.6, and the image's (/"),
+    ):
+        container = ["apptainer", "exec", "--bind", f"{folder}:{PLUGIN_MOUNT}", str(sif)]
+        argv = [*PLUGIN_SRUN, *container, "launch", "--nccl-plugin", PLUGIN_MOUNT, *ranks]
+        result = cluster.run("node1", argv, env=sif_env(tmp, apptainer, sif), cwd=tmp, timeout=300)
+        log = result.stdout + result.stderr
+        errors = [line for line in log.splitlines() if line.startswith("error:")]
+        plugin = f"{PLUGIN_MOUNT}/{next(folder.glob('libnccl-net*.so')).name}"
+        assert result.returncode != 0 and len(errors) == 2, log[-4000:]  # one line from each node's launch
+        assert all(line.startswith(f"error: NCCL net plugin {plugin} {why}") for line in errors), log[-4000:]
+        assert "launch: rank" not in log and "probe:" not in log

@@ -1,5 +1,6 @@
 """NCCL's net plugin judged in the image: `ldd -r`'s words, the versions NCCL takes, and real shared objects
-compiled here (a plugin needing a fake fabric library, present, absent, or older than it was built against)."""
+compiled here (a plugin needing a fake fabric library, present, absent, or older than it was built against;
+one needing a newer glibc than any)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.fake_nccl_plugin import build, needs_gcc
+from tests.unit.fake_nccl_plugin import NEWER_GLIBC_VERSION, build, needs_gcc
 from zerokit.image.elf_symbols import dynamic_symbols
 from zerokit.image.nccl_net import (
     accepted,
@@ -93,6 +94,13 @@ def test_a_real_plugin_needing_a_newer_symbol_version_than_the_library_on_the_pa
     on a newer distribution needs GLIBC_2.38 of an older image)."""
     problem = plugin_problem(str(fake.plugin), {"LD_LIBRARY_PATH": str(fake.old_fabric)}, (2, 27))
     assert problem.startswith(f"needs FAKE_9.99 of libfakefabric.so.1, and the image's ({fake.old_fabric}/")
+
+
+@needs_gcc
+def test_a_real_plugin_needing_a_newer_glibc_than_this_one_fails_naming_the_version(fake):
+    problem = plugin_problem(str(fake.newer_glibc), {}, (2, 27))
+    assert problem.startswith(f"needs {NEWER_GLIBC_VERSION} of libc.so.6, and the image's (/"), problem
+    assert "against the image's GLIBC or an older one" in problem and "\n" not in problem
 
 
 @needs_gcc
