@@ -1,7 +1,8 @@
 """Checkpoints are atomic: kill -9 while one is written, and `--resume auto` still picks the previous one.
 
-Then: resuming with another number of ranks fails in one line with a supported path, and with the
-same number it loads, finishes, cleans the half-written folder and keeps save_total_limit checkpoints.
+Then: resuming with another number of ranks and a gradient accumulation that changes the global batch fails in
+one line naming the one that keeps it, before the checkpoint is converted; with the same number it loads,
+finishes, cleans the half-written folder and keeps save_total_limit checkpoints.
 """
 
 from __future__ import annotations
@@ -94,13 +95,14 @@ def test_kill_9_during_a_checkpoint_write_then_resume_auto(tmp_path: Path, zk_en
     assert staging.is_dir() and not (output / f"checkpoint-{half_step}").exists(), left
     assert previous == output / f"checkpoint-{half_step - SAVE_STEPS}", left
 
-    # Another world size: one line, naming the supported ways on.
-    result = run_zerokit(train_argv(output, 1, "--resume", "auto"), zk_env)
+    # Another world size whose flags change the global batch (2 x 8 = 16): one line naming the accumulation
+    # that keeps it, and the checkpoint left as it was (not converted).
+    result = run_zerokit(train_argv(output, 1, "--resume", "auto", "--gradient_accumulation_steps", "1"), zk_env)
     assert result.returncode == 2, result.stderr[-3000:]
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "written by 2 ranks, this run has 1" in lines[0], result.stderr[-3000:]
-    assert "Resume with 2 ranks" in lines[0] and f"--model {previous}" in lines[0]
-    assert f"`zerokit universal {previous}`" in lines[0]
+    assert len(lines) == 1 and f"checkpoint {previous} was trained with 16" in lines[0], result.stderr[-3000:]
+    assert "pass --gradient_accumulation_steps 2, or leave it out" in lines[0]
+    assert not (previous / "latest_universal").exists()
 
     result = run_zerokit(train_argv(output, 2, "--resume", "auto"), zk_env)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -58,13 +58,15 @@ def test_resume_from_an_explicit_folder(tmp_path: Path):
         resolve_resume(str(tmp_path / "checkpoint-6"), tmp_path)
 
 
-def test_world_size_mismatch_names_the_ways_on(tmp_path: Path):
+def test_another_rank_count_loads_the_universal_form_of_a_zero_checkpoint_only(tmp_path: Path):
     path = checkpoint(tmp_path, "checkpoint-5", ranks=4)
     assert needs_universal_load(path, 4) is False
-    ways = rf"written by 4 ranks, this run has 2.*Resume with 4 ranks.*`zerokit universal {path}`.*--model"
-    with pytest.raises(UserError, match=ways):
+    ways = rf"written by 4 ranks without DeepSpeed .*this run has 2: resume with 4 ranks; .*--model {path}"
+    with pytest.raises(UserError, match=ways):  # no ZeRO shards: nothing to convert
         needs_universal_load(path, 2)
     assert needs_universal_load(checkpoint(tmp_path, "checkpoint-6", ranks=0), 1) is False  # one rng_state.pth
+    (path / "latest").write_text("global_step5")
+    assert needs_universal_load(path, 2) is True  # train converts it (zerokit.train.resharded)
     (path / "global_step5_universal").mkdir()  # converted: ds_to_universal names the folder it wrote
     (path / "latest_universal").write_text("global_step5_universal")  # so: any rank count
     assert needs_universal_load(path, 2) is True and needs_universal_load(path, 4) is False

@@ -205,7 +205,7 @@ def check_pipeline_resume(checkpoint: Path, layout: dict[str, int] | None) -> No
 
 
 def is_universal(checkpoint: Path) -> bool:
-    """Converted by `zerokit universal`: ds_to_universal writes latest_universal, naming the folder it wrote,
+    """Converted (zerokit.outputs.universal): ds_to_universal writes latest_universal, naming the folder it wrote,
     when it has finished (and that folder is in place)."""
     latest = checkpoint / "latest_universal"
     return latest.is_file() and (checkpoint / latest.read_text().strip()).is_dir()
@@ -214,26 +214,29 @@ def is_universal(checkpoint: Path) -> bool:
 def needs_universal_load(checkpoint: Path, world_size: int, tp_size: int = 1) -> bool:
     """Whether resuming checkpoint with world_size ranks in tensor-parallel groups of tp_size loads its universal
     form; one line if it cannot. Each rank's files hold its shard of the optimizer state and, under tensor
-    parallelism, of the split layers: another rank count or --tp-size needs the universal form, which
-    `zerokit universal` writes (a TP=2 checkpoint so converted resumes at TP=1 on the same curve: issue 29)."""
+    parallelism, of the split layers: another rank count or --tp-size needs the universal form. `train` writes
+    it itself for another rank count at the same --tp-size (zerokit.train.resharded); another --tp-size needs
+    it written first, by `zerokit universal` (a TP=2 checkpoint so converted resumes at TP=1 on the same curve:
+    issue 29)."""
     saved, saved_tp = saved_world_size(checkpoint), saved_tp_size(checkpoint)
     if saved == world_size and saved_tp == tp_size:
         return False
     if is_universal(checkpoint):
         return True
+    restart = f"or restart from its whole weights with a fresh optimizer: `train --model {checkpoint} ...`"
+    restart += " without --resume"
     if saved_tp != tp_size:
         raise UserError(
             f"checkpoint {checkpoint} was written with --tp-size {saved_tp}, this run has --tp-size {tp_size}: each "
             f"rank saved its share of the split layers. Resume with --tp-size {saved_tp}; or convert it once, "
-            f"`zerokit universal {checkpoint}`, and resume with another; or restart from its whole weights with a "
-            f"fresh optimizer: `train --model {checkpoint} ...` without --resume"
+            f"`zerokit universal {checkpoint}`, and resume with another; {restart}"
         )
-    raise UserError(
-        f"checkpoint {checkpoint} was written by {saved} ranks, this run has {world_size}: its optimizer "
-        f"state is sharded per rank. Resume with {saved} ranks; or convert it once, `zerokit universal "
-        f"{checkpoint}`, and resume with any count; or restart from its consolidated weights with a fresh "
-        f"optimizer: `train --model {checkpoint} ...` without --resume"
-    )
+    if not (checkpoint / "latest").is_file():
+        raise UserError(
+            f"checkpoint {checkpoint} was written by {saved} ranks without DeepSpeed (no `latest` file), this run "
+            f"has {world_size}: resume with {saved} ranks; {restart}"
+        )
+    return True
 
 
 def rotate(output_dir: Path, limit: int | None, best: Path | None = None) -> None:
@@ -263,3 +266,8 @@ def publish(written: Path, final: Path) -> None:
         shutil.rmtree(old)
     else:
         os.replace(written, final)
+
+
+def ranks(count: int, kind: str = "") -> str:
+    """The writers or readers of a checkpoint, as the lines about it say: "1 rank", "2 data-parallel ranks"."""
+    return f"{count} {kind + ' ' if kind else ''}rank{'s' if count != 1 else ''}"

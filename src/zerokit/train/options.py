@@ -42,13 +42,17 @@ EMBEDDED_DIFFERENCE = (
 )
 
 
+def given_fields(training_flags: Sequence[str]) -> set[str]:
+    """The TrainingArguments fields that training_flags set, however spelt (`--save_steps N`, `--save-steps=N`)."""
+    return {token[2:].partition("=")[0].replace("-", "_") for token in training_flags if token.startswith("--")}
+
+
 def training_defaults(embedded: bool, training_flags: Sequence[str]) -> dict[str, object]:
     """The TrainingArguments defaults of one run: HF's, but for the embedded job's."""
     if not embedded:
         return {}
     defaults = dict(EMBEDDED_TRAINING_DEFAULTS)
-    given = {token[2:].partition("=")[0].replace("-", "_") for token in training_flags if token.startswith("--")}
-    if "save_steps" in given:  # `--save_steps N` alone saves every N steps, as in HF (save_strategy "steps")
+    if "save_steps" in given_fields(training_flags):  # `--save_steps N` alone saves every N steps, as in HF
         del defaults["save_strategy"]
     return defaults
 

@@ -23,8 +23,10 @@ from zerokit.train.model import check_limits, fine_tuning, load_model, load_toke
 from zerokit.train.options import (
     TrainFlags,
     ds_config_argument,
+    given_fields,
     training_defaults,
 )
+from zerokit.train.resharded import Resharding
 from zerokit.train.tensor_parallel import check_model
 from zerokit.train.training_run import TrainingRun
 
@@ -44,7 +46,8 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     from transformers import set_seed
     from transformers.trainer_utils import enable_full_determinism
 
-    from zerokit.outputs.checkpoints import check_pipeline_resume, needs_universal_load, resolve_resume
+    from zerokit.outputs.checkpoints import check_pipeline_resume, resolve_resume
+    from zerokit.outputs.universal import needs_conversion
     from zerokit.train.callbacks.preemption import BENCH_WITHOUT_VARIABLE, PreemptionCallback
     from zerokit.train.callbacks.run_record import RunRecorder
 
@@ -55,21 +58,24 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     resume = resolve_resume(options.resume, options.output_dir, notes)
     if resume:
         check_pipeline_resume(resume, layout.as_record() if pipelined else None)
-    universal = bool(resume) and not pipelined and needs_universal_load(resume, layout.world, options.tp_size)
+    convert = needs_conversion(resume, layout.world, layout.tp) if resume and not pipelined else None
+    resharded = None if convert is None else Resharding(resume, layout.world, layout.dp, convert)
     prepared = prepared_info(options)
 
     on_gpu = torch.cuda.is_available()
-    args = training_arguments(options, training_flags, universal, on_gpu)
+    args = training_arguments(options, training_flags, resharded, on_gpu, notes)
     mark("arguments")
     join_process_group(args, deepspeed=options.ds_config is not None)
     mark("process_group")
+    if resharded is not None:
+        resharded.convert_once(args.process_index)  # rank 0, once, where the checkpoint has no universal form yet
     tokenizer = load_tokenizer(options)
     mark("tokenizer")
     config = model_config(options, tokenizer)
     check_limits(options, tokenizer, config, prepared)  # every rank alike, before anything is written or loaded
     check_model(options.tp_size, config)
     numbers = check_memory(options, args, config, layout.world, on_gpu)  # before the model is built
-    start = _start_message(options, resume, universal, config, numbers.parameters)
+    start = _start_message(options, resume, resharded is not None, config, numbers.parameters)
     record = claim_output_dir(options, resume, args.process_index, disk_need(numbers, args.save_strategy != "no"))
     if args.full_determinism:
         enable_full_determinism(args.seed)
@@ -92,16 +98,7 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
         clock = StepClock(options.timings_dir, tokens_per_sample=tokens, model_parallel=shared, parameters=whole)
         callbacks.append(clock)
     # zerokit-run.json in the output folder and each checkpoint: what this run ran on.
-    callbacks.append(
-        RunRecorder(
-            options.output_dir,
-            config_name=options.config,
-            config_file=options.ds_config,
-            resume=resume,
-            rank=args.process_index,
-            layout=layout.as_record(),
-        )
-    )
+    callbacks.append(RunRecorder(options, resume=resume, rank=args.process_index, layout=layout.as_record()))
     run = TrainingRun(
         options=options,
         args=args,
@@ -125,8 +122,11 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     return run.execute(TrainerEngine)
 
 
-def training_arguments(options: TrainFlags, training_flags: Sequence[str], universal: bool, on_gpu: bool):
-    """The run's TrainingArguments: the flags given over zerokit's defaults, and what zerokit's options force."""
+def training_arguments(
+    options: TrainFlags, training_flags: Sequence[str], resharded: Resharding | None, on_gpu: bool, notes: list[str]
+):
+    """The run's TrainingArguments: the flags given over zerokit's defaults, and what zerokit's options force; on a
+    resharded resume, the gradient accumulation that keeps the checkpoint's global batch (said in notes)."""
     import torch
     from transformers import HfArgumentParser
 
@@ -140,17 +140,27 @@ def training_arguments(options: TrainFlags, training_flags: Sequence[str], unive
     if options.ds_config:
         torch_adam = options.deterministic and not on_gpu
         config = ds_config_argument(
-            options.ds_config, torch_adam=torch_adam, load_universal=universal, tp_size=options.tp_size
+            options.ds_config, torch_adam=torch_adam, load_universal=resharded is not None, tp_size=options.tp_size
         )
         forced += ["--deepspeed", config]
     if not on_gpu:
         forced += ["--use_cpu", "true"]
     if options.deterministic:
         forced += ["--full_determinism", "true"]
+    if resharded is not None:
+        forced += resharded.accumulation_flags(*given_batch(parser, [*training_flags, *forced]), notes)
     (args,) = parser.parse_args_into_dataclasses([*training_flags, *forced])
     if options.streaming and args.max_steps <= 0:
         raise UserError("--streaming has no length to plan epochs from: pass --max_steps N")
     return args
+
+
+def given_batch(parser, flags: list[str]) -> tuple[int, int | None]:
+    """The micro batch flags train with, and their --gradient_accumulation_steps (None: not given), read before
+    TrainingArguments exist: building them starts the process group and fills DeepSpeed's batch sizes."""
+    namespace, _ = parser.parse_known_args(flags)
+    given = "gradient_accumulation_steps" in given_fields(flags)
+    return namespace.per_device_train_batch_size, namespace.gradient_accumulation_steps if given else None
 
 
 def claim_output_dir(options: TrainFlags, resume: Path | None, rank: int, needed: int):

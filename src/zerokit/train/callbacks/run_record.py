@@ -4,7 +4,8 @@ RunRecorder is a TrainerCallback. Rank 0 writes the record (atomically: a crash 
 the new one) when the Trainer is built, again once DeepSpeed has started (the config HF resolved, no
 "auto" left), into each checkpoint it saves (listed in the checkpoint's zerokit-checkpoint.json, so the
 damage check covers it), and at the end with the end time. A resumed run's record names the chain of
-checkpoints it came from: the checkpoint it resumed, then that checkpoint's own chain. A run that
+checkpoints it came from: the checkpoint it resumed, then that checkpoint's own chain. Its "batch" (micro,
+accumulation, data-parallel ranks, global) is what a resume on another number of ranks keeps. A run that
 `launch --max-restarts` restarted after a machine fault lists the faults and restarts of that launch so far
 ("restarts": when, node, rank, cause, exit status, restart number, the checkpoint resumed from), read from the
 log launch names to it (zerokit.foundations.restart_log).
@@ -40,6 +41,8 @@ from zerokit.image.provenance import (
     start_environment,
 )
 from zerokit.outputs.checkpoints import PREFIX, SIZES_NAME
+from zerokit.train.global_batch import GlobalBatch
+from zerokit.train.options import TrainFlags
 
 
 def write_record(path: Path, data: dict) -> None:
@@ -108,22 +111,22 @@ class RunRecorder(TrainerCallback):
 
     def __init__(
         self,
-        output_dir: Path,
+        options: TrainFlags,
         *,
-        config_name: str | None,
-        config_file: Path | None,
         resume: Path | None,
         rank: int,
         layout: Mapping[str, int] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        """layout: how the ranks divide ({"tp_size": ..., "dp_size": ...}), recorded as "parallelism"."""
-        self.output_dir = output_dir
+        """options: the run's (its output folder, its DeepSpeed config by name and file). layout: how the ranks
+        divide ({"tp_size": ..., "dp_size": ...}), recorded as "parallelism" and, with the batch flags, as the
+        global batch ("batch")."""
+        self.output_dir = options.output_dir
         self.layout = dict(layout or {})
         self.rank = rank
         self.environ = start_environment(environ)
         self.record: dict = {}
-        self._start = (config_name, config_file, resume)
+        self._start = (options.config, options.ds_config, resume)
 
     def on_init_end(self, args, state, control, **kwargs):
         if self.rank == 0:
@@ -138,12 +141,20 @@ class RunRecorder(TrainerCallback):
                 **environment_facts(self.environ),
                 "launcher": launcher_facts(self.environ),
                 "parallelism": self.layout or None,
+                "batch": self.batch(args),
                 "deepspeed": deepspeed_section(config_name, config_file, args.deepspeed),
                 "resumed_from": resume_chain(resume),
                 "restarts": inherited_events(self.environ),
             }
             write_record(self.output_dir / RECORD_NAME, self.record)
         return control
+
+    def batch(self, args) -> dict[str, int] | None:
+        """The global batch and its parts: a resume on another number of ranks keeps it (zerokit.train.global_batch)."""
+        if "dp_size" not in self.layout:
+            return None
+        micro, accumulation = args.per_device_train_batch_size, args.gradient_accumulation_steps
+        return GlobalBatch(micro, accumulation, self.layout["dp_size"]).as_record()
 
     def on_train_begin(self, args, state, control, **kwargs):
         """DeepSpeed has started: the config it got is HF's, every "auto" filled in."""
