@@ -1,5 +1,5 @@
-"""`bench` on its smallest setting, to keep it working: 1 and 2 ranks, no DeepSpeed, one overhead round (zerokit,
-the plain HF script with and without DeepSpeed, the raw DeepSpeed loop), no JIT.
+"""`bench` on its smallest setting, to keep it working: 1 and 2 ranks, no DeepSpeed, a checkpoint's cost, one overhead
+round (zerokit, the plain HF script with and without DeepSpeed, the raw DeepSpeed loop), no JIT.
 
 Timings are not asserted (benchmarks are not tests): only that every figure is there, the
 training behind it learned, and the three files are written. The JIT start-up comparison is
@@ -28,7 +28,7 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
     skips = ["--skip", "startup", "--skip", "data", "--skip", "preemption"]
     result = run_zerokit([*argv, "--eval-steps", "6", "--repeats", "1", "--configs", "none", *skips], zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "6/7" in result.stderr  # the progress bar, one tick per run
+    assert "7/8" in result.stderr  # the progress bar, one tick per run
 
     figures = json.loads((out / "results.json").read_text())
     rows = figures["scaling"]
@@ -47,6 +47,9 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
     raw = next(run for run in figures["runs"] if run["variant"] == "raw")
     assert raw["evals"][-1][0] == 12 and raw["evals"][-1][1] < 10 and raw["parameters"] > 0  # it trained and evaluated
     assert figures["startup"] is None and figures["data"] is None
+    checkpoint = figures["checkpoint"]  # 12 steps, a save every 4: three, each timed apart from the steps
+    assert (checkpoint["ranks"], checkpoint["saves"]) == (2, 3) and checkpoint["save_s"] > 0
+    assert checkpoint["checkpoint_mib"] > 1 and checkpoint["steps_per_save"] > 0
     configs = {row["config"]: row for row in figures["configs"]}
     assert sorted(configs) == ["none", "zero3"] and configs["none"]["samples_per_s"] > 0
     assert len(configs["none"]["peak_memory_per_rank_mib"]) == 2
@@ -61,7 +64,7 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
     report = (out / "report.md").read_text()
     assert "| 2 | 1 |" in report and "ratio zerokit / plain" in report and "Not run: pass `--jit-python`" in report
     assert "| raw DeepSpeed loop |" in report and "| plain HF Trainer, no DeepSpeed |" in report
-    assert "| none |" in report and "| launch preflight |" in report
+    assert "| none |" in report and "| launch preflight |" in report and "training steps**" in report
     assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The plain script trained too: its own output, not zerokit's.
     assert (out / "runs" / "overhead-plain-1" / "output" / "model.safetensors").is_file()
@@ -75,7 +78,8 @@ def test_split_config_rows_count_their_shared_batches_and_the_whole_model(tmp_pa
     out = tmp_path / "bench"
     argv = ["bench", "--output", str(out), "--ranks", "2", "--config", "zero2", "--configs", "zero2+tp2,zero1+pp2",
             "--steps", "8", "--warmup-steps", "2", "--eval-steps", "4", "--batch-size", "4"]  # fmt: skip
-    skips = [word for group in ("startup", "data", "overhead", "preemption") for word in ("--skip", group)]
+    groups = ("startup", "data", "checkpoint", "overhead", "preemption")
+    skips = [word for group in groups for word in ("--skip", group)]
     llama = ["--model-type", "llama", "--config-overrides", TINY_LLAMA]
     result = run_zerokit([*argv, *skips, "--", *llama], zk_env)
     assert result.returncode == 0, result.stderr[-3000:]

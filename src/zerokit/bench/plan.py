@@ -11,12 +11,13 @@ DeepSpeed loop zerokit.bench.raw_deepspeed_loop, and zerokit's train without the
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from zerokit.launch.rank.environment import free_port
 
-SKIPPABLE = ("configs", "startup", "data", "overhead", "preemption", "no-deepspeed", "raw")
+SKIPPABLE = ("configs", "startup", "data", "checkpoint", "overhead", "preemption", "no-deepspeed", "raw")
+CHECKPOINT_SAVES = 3  # checkpoints the checkpoint group's run writes (the last one kept)
 DATA_SCALES = (1, 10)  # corpus sizes of the data group, in copies of the corpus
 DATA_ROUNDS = 2  # of the data group: its figures are medians
 
@@ -149,6 +150,17 @@ def zerokit_run(
     return Run(name, group, variant or ("jit" if jit else "zerokit"), nodes, ranks, argv, folder, run_env)
 
 
+def checkpoint_run(cfg: BenchConfig, ranks: int) -> Run:
+    """The main job saving a checkpoint every few steps: what a save costs against a step (StepClock's
+    save_seconds), so that a user can pick --save_steps."""
+    run = zerokit_run(cfg, f"checkpoint-{ranks}r", "checkpoint", 1, ranks)
+    argv = list(run.argv)
+    at = argv.index("--save_strategy")  # common_training_flags' "no"; the user's flags, after it, still win
+    argv[at : at + 2] = ["--save_strategy", "steps", "--save_steps", str(max(1, cfg.steps // CHECKPOINT_SAVES))]
+    argv[at + 4 : at + 4] = ["--save_total_limit", "1"]
+    return replace(run, argv=tuple(argv))
+
+
 def data_run(cfg: BenchConfig, kind: str, scale: int, ranks: int, inputs: DataInputs, round_: int) -> Run:
     """Time to first step only: a few steps, no evaluation, a fresh datasets cache (raw text tokenizes)."""
     name = f"data-{kind}-{scale}x-{round_}"
@@ -211,7 +223,8 @@ def config_and_split(config: str) -> tuple[str, str, int]:
 
 
 def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: DataInputs | None = None) -> list[Run]:
-    """Scaling first (its 1-rank run is the baseline), then configs, start-up, data, then the overhead rounds."""
+    """Scaling first (its 1-rank run is the baseline), then configs, start-up, checkpoint, data, then the overhead
+    rounds."""
     runs = [
         zerokit_run(cfg, f"scaling-{nodes}n-{ranks}r", "scaling", nodes, ranks)
         for nodes in cfg.nodes
@@ -227,6 +240,8 @@ def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: D
                 )
     if "startup" not in cfg.skip and cfg.jit_python and 1 in cfg.nodes:  # compared with the 1-node run
         runs.append(zerokit_run(cfg, f"startup-jit-1n-{compare_ranks}r", "startup", 1, compare_ranks, jit=True))
+    if "checkpoint" not in cfg.skip and 1 in cfg.nodes:
+        runs.append(checkpoint_run(cfg, compare_ranks))
     if "data" not in cfg.skip and data_inputs:
         for round_ in range(1, DATA_ROUNDS + 1):
             for scale in DATA_SCALES:

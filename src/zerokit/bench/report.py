@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import socket
@@ -145,6 +146,22 @@ def overhead_summary(results: list[RunResult], peak: float | None = None) -> dic
     return summary
 
 
+def checkpoint_summary(results: list[RunResult]) -> dict | None:
+    """What a checkpoint costs the run: its median save against a step, in seconds and in steps, and its size."""
+    run = next((r for r in results if r.group == "checkpoint" and r.save_seconds), None)
+    if run is None:
+        return None
+    save = statistics.median(run.save_seconds)
+    summary = {"ranks": run.world_size, "saves": len(run.save_seconds), "save_s": save}
+    summary |= {"step_s": 1 / run.steps_per_second, "steps_per_save": save * run.steps_per_second}
+    if run.checkpoint_bytes:
+        summary |= {
+            "checkpoint_mib": run.checkpoint_bytes / 2**20,
+            "write_mib_per_s": run.checkpoint_bytes / 2**20 / save,
+        }
+    return summary
+
+
 def config_rows(results: list[RunResult], main_config: str, peak: float | None = None) -> list[dict]:
     """The same job under each DeepSpeed config (--config's row is the scaling run of the same ranks)."""
     others = [r for r in results if r.group == "configs"]
@@ -254,6 +271,7 @@ def write_all(cfg: BenchConfig, results: list[RunResult], prepare_seconds: dict[
         "scaling": scaling_rows(results),
         "configs": config_rows(results, config_label(str(cfg.config)), peak),
         "startup": startup_summary(results),
+        "checkpoint": checkpoint_summary(results),
         "data": data_summary(results, prepare_seconds or {}),
         "overhead": overhead_summary(results, peak),
         "runs": [r.as_dict() for r in results],
@@ -339,6 +357,7 @@ def markdown(figures: dict, cfg: BenchConfig) -> str:
     else:
         lines.append("Not run: pass `--jit-python` (an environment whose DeepSpeed has no prebuilt ops; `make bench`).")
     lines += configs_section(figures["configs"])
+    lines += checkpoint_section(figures["checkpoint"])
     lines += data_section(figures["data"])
     lines += overhead_section(figures["overhead"])
     return "\n".join(lines) + "\n"
@@ -381,6 +400,22 @@ def configs_section(rows: list[dict]) -> list[str]:
         + ".",
     ]
     return lines
+
+
+def checkpoint_section(checkpoint: dict | None) -> list[str]:
+    lines = ["", "## Checkpoint cost", ""]
+    if not checkpoint:
+        return [*lines, "Not run (`--skip checkpoint`, or more than one node)."]
+    size = ""
+    if "checkpoint_mib" in checkpoint:
+        size = f" of {checkpoint['checkpoint_mib']:.0f} MiB ({checkpoint['write_mib_per_s']:.0f} MiB/s)"
+    return [
+        *lines,
+        f"A checkpoint{size} took **{checkpoint['save_s']:.2f} s** to write on {checkpoint['ranks']} rank(s) (median "
+        f"of {checkpoint['saves']}), the time of **{checkpoint['steps_per_save']:.1f} training steps** "
+        f"({checkpoint['step_s']:.2f} s each): saving every K steps adds {checkpoint['steps_per_save']:.1f}/K to the "
+        f"training time, 10% at `--save_steps {math.ceil(10 * checkpoint['steps_per_save'])}`.",
+    ]
 
 
 def data_section(data: dict | None) -> list[str]:

@@ -36,6 +36,8 @@ class RunResult:
     hidden: int | None = None
     sequence: int | None = None  # tokens per sample
     tokens_counted: bool = False  # tokens/s from the tokens each step trained on, not full batches assumed
+    save_seconds: list[float] = field(default_factory=list)  # rank 0's, a checkpoint each (the checkpoint group)
+    checkpoint_bytes: int | None = None  # on disk, the last checkpoint the run kept
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -105,7 +107,17 @@ def summarize(run: Run, records: list[dict], started: float, wall: float, warmup
         hidden=main.get("hidden"),
         sequence=int(per_sample),
         tokens_counted=bool(counted),
+        save_seconds=main.get("save_seconds", []),
+        checkpoint_bytes=checkpoint_bytes(run.folder / "output"),
     )
+
+
+def checkpoint_bytes(output: Path) -> int | None:
+    """The size of the newest checkpoint-N in a run's output folder (None: it kept none)."""
+    kept = sorted(output.glob("checkpoint-*"), key=lambda p: int(p.name.rpartition("-")[2] or 0))
+    if not kept:
+        return None
+    return sum(f.stat().st_size for f in kept[-1].rglob("*") if f.is_file())
 
 
 def phases(marks: list, started: float, first_step_end: float) -> list[tuple[str, float]]:

@@ -53,7 +53,8 @@ def test_plan_scales_then_configs_jit_data_then_rounds_of_zerokit_plain_and_no_p
     runs = plan_runs(config(tmp_path, nodes=(1, 2)), PLAIN, DATA)
     assert [r.name for r in runs] == [
         "scaling-1n-1r", "scaling-1n-2r", "scaling-2n-1r", "scaling-2n-2r", "configs-zero2", "configs-none",
-        "startup-jit-1n-2r", "data-raw-1x-1", "data-prepared-1x-1", "data-raw-10x-1", "data-prepared-10x-1",
+        "startup-jit-1n-2r", "checkpoint-2r",
+        "data-raw-1x-1", "data-prepared-1x-1", "data-raw-10x-1", "data-prepared-10x-1",
         "data-raw-1x-2", "data-prepared-1x-2", "data-raw-10x-2", "data-prepared-10x-2",
         "overhead-zerokit-1", "overhead-plain-1", "overhead-plain-no-deepspeed-1", "overhead-raw-1",
         "overhead-no-preemption-1",
@@ -82,7 +83,7 @@ def test_configs_data_and_no_preemption_runs_differ_from_the_others_in_one_thing
     without, with_ = (" ".join(by_name[n].argv) for n in ("overhead-no-preemption-1", "overhead-zerokit-1"))
     assert without.replace("overhead-no-preemption-1", "overhead-zerokit-1") == with_  # only its folders differ
     assert BENCH_WITHOUT_VARIABLE not in by_name["overhead-zerokit-1"].env
-    skipped = plan_runs(config(tmp_path, skip=frozenset({"configs", "data", "preemption"})), PLAIN, DATA)
+    skipped = plan_runs(config(tmp_path, skip=frozenset({"configs", "data", "checkpoint", "preemption"})), PLAIN, DATA)
     assert {r.group for r in skipped} == {"scaling", "startup", "overhead"}
     assert {r.variant for r in skipped if r.group == "overhead"} == {"zerokit", "plain", "plain-no-deepspeed", "raw"}
 
@@ -105,7 +106,7 @@ def test_plain_run_is_torchrun_with_the_same_config_steps_and_threads_per_rank(t
 
 
 def test_skips_leave_out_their_runs(tmp_path: Path):
-    runs = plan_runs(config(tmp_path, skip=frozenset({"overhead", "configs"}), jit_python=None), PLAIN)
+    runs = plan_runs(config(tmp_path, skip=frozenset({"overhead", "configs", "checkpoint"}), jit_python=None), PLAIN)
     assert {r.group for r in runs} == {"scaling"}
     only_two_nodes = plan_runs(config(tmp_path, nodes=(2,)), PLAIN)  # JIT start-up compares with a 1-node run
     assert "startup" not in {r.group for r in only_two_nodes} and "overhead" in {r.group for r in only_two_nodes}
@@ -309,3 +310,47 @@ def test_a_gpu_missing_from_the_peak_table_is_refused_naming_peak_tflops(tmp_pat
     )
     assert parse(["--output", str(tmp_path / "b"), "--peak-tflops", "500"]).peak_tflops == 500.0
     assert not (tmp_path / "b").exists()
+
+
+def test_a_checkpoints_save_is_timed_apart_from_the_steps(tmp_path: Path, monkeypatch):
+    """StepClock as the Trainer drives it, with a save after the second step: the save's seconds are kept apart
+    and the next step's time starts after it; the report says what a save costs in steps."""
+    import json
+    from types import SimpleNamespace
+
+    from zerokit.bench.report import checkpoint_summary
+    from zerokit.bench.runner import RunResult
+    from zerokit.train.callbacks import step_clock
+
+    now = [100.0]
+    monkeypatch.setattr(step_clock, "time", SimpleNamespace(time=lambda: now[0]))
+    clock = step_clock.StepClock(tmp_path / "timings", tokens_per_sample=16)
+    args = SimpleNamespace(world_size=1, process_index=0, per_device_train_batch_size=4, gradient_accumulation_steps=1)
+    state = SimpleNamespace(num_input_tokens_seen=0)
+    clock.on_train_begin(args, state, None)
+    for seconds, event in ((1, "on_step_end"), (1, "on_step_end"), (6, "on_save"), (1, "on_step_end")):
+        now[0] += seconds
+        getattr(clock, event)(args, state, None)
+    clock.on_train_end(args, state, None)
+    record = json.loads((tmp_path / "timings" / "rank-0.json").read_text())
+    assert record["step_seconds"] == [1.0, 1.0] and record["save_seconds"] == [6.0]
+
+    run = RunResult("c", "checkpoint", "zerokit", 1, 2, 1.0, 0.5, 2.0, 32.0, [1], ["h"], "cpu-rss", [], 10.0, [],
+                    save_seconds=[4.0, 6.0, 5.0], checkpoint_bytes=100 * 2**20)  # fmt: skip
+    summary = checkpoint_summary([run])
+    assert summary == {"ranks": 2, "saves": 3, "save_s": 5.0, "step_s": 2.0, "steps_per_save": 2.5,
+                       "checkpoint_mib": 100.0, "write_mib_per_s": 20.0}  # fmt: skip
+
+
+def test_the_checkpoint_run_saves_every_third_of_the_steps_unless_skipped(tmp_path: Path):
+    from zerokit.bench.cli import parse
+    from zerokit.bench.plan import plan_runs
+
+    cfg = parse(["--output", str(tmp_path / "b"), "--ranks", "1,2", "--steps", "12"])
+    (run,) = [r for r in plan_runs(cfg, None) if r.group == "checkpoint"]
+    assert run.world_size == 2  # the compared ranks, on one node
+    at = run.argv.index("--save_strategy")
+    assert run.argv[at : at + 6] == ("--save_strategy", "steps", "--save_steps", "4", "--save_total_limit", "1")
+    assert run.argv.count("--save_strategy") == 1
+    skipped = parse(["--output", str(tmp_path / "c"), "--skip", "checkpoint"])
+    assert not [r for r in plan_runs(skipped, None) if r.group == "checkpoint"]

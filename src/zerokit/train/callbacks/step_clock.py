@@ -3,11 +3,13 @@
 Each rank writes `rank-<R>.json` into a folder when training ends: when its first step ended
 (wall clock, so `bench` can subtract the moment it started the job), how long each step took and how
 many tokens it trained on, the eval losses seen, and its peak memory. A step's time runs from the end of
-the previous step (or of the evaluation after it) to its own end, so data loading counts and evaluation
-does not; on a GPU each time stamp waits for the device (`torch.cuda.synchronize`), so a step's time is
-its kernels' and not only their launch. A step's tokens are what the Trainer counted in its batches
-(`--include_num_input_tokens_seen`, which bench turns on for every script it times): the last step of an
-epoch is often short, and crediting it with a full batch overstates throughput.
+the previous step (or of the evaluation or checkpoint after it) to its own end, so data loading counts and
+evaluations and saves do not: a checkpoint's seconds are kept apart (`save_seconds`: from the step's end to the
+save's, what a checkpoint costs the run). On a GPU each time stamp waits for the device
+(`torch.cuda.synchronize`), so a step's time is its kernels' and not only their launch. A step's tokens are
+what the Trainer counted in its batches (`--include_num_input_tokens_seen`, which bench turns on for every
+script it times): the last step of an epoch is often short, and crediting it with a full batch overstates
+throughput.
 The file also holds the start-up marks (zerokit.foundations.startup_marks): when the process started, the
 phases it (and `launch` before it) recorded, and `train_begin`, when the Trainer had built the
 DeepSpeed engine and was about to take the first step.
@@ -64,6 +66,7 @@ class StepClock(TrainerCallback):
         self.mark = time.time()
         self.first_step_end: float | None = None
         self.step_seconds: list[float] = []
+        self.save_seconds: list[float] = []
         self.evals: list[tuple[int, float]] = []
         self.parameters: int | None = parameters  # the model's, for bench's FLOPs
         self.shape: dict[str, int] = {}  # layers and hidden size, for attention's FLOPs
@@ -101,6 +104,12 @@ class StepClock(TrainerCallback):
         if self.record:  # an evaluation after training (train's final one): written again
             self.write(args)
 
+    def on_save(self, args, state, control, **kwargs):
+        synchronize()
+        now = time.time()
+        self.save_seconds.append(now - self.mark)
+        self.mark = now  # the next step's time starts after the save
+
     def on_train_end(self, args, state, control, **kwargs):
         memory, kind = peak_memory()
         data_parallel = args.world_size // self.model_parallel
@@ -111,6 +120,7 @@ class StepClock(TrainerCallback):
             "host": socket.gethostname(),
             "first_step_end": self.first_step_end,
             "step_seconds": self.step_seconds,  # every step after the first
+            "save_seconds": self.save_seconds,  # every checkpoint written
             "step_tokens": self.step_tokens if len(self.step_tokens) == len(self.step_seconds) else [],
             "samples_per_step": samples_per_step,
             "tokens_per_sample": self.tokens_per_sample,
