@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,22 @@ def cluster() -> Iterator[Cluster]:
     if problems:
         pytest.skip("cannot build a namespace cluster: " + "; ".join(problems))
     running = start_cluster(2)
+    try:
+        yield running
+    finally:
+        running.teardown()
+
+
+@pytest.fixture(scope="session")
+def cluster3() -> Iterator[Cluster]:
+    """A running 3-node cluster (node1, node2, node3), for the health check's and a node fault's tests; `tc` and
+    `iptables` act on one node's own `eth0`."""
+    problems = missing_requirements()
+    problems += [f"missing {tool}: run tests/cluster/install-deps" for tool in ("iptables", "tc")
+                 if shutil.which(tool, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") is None]  # fmt: skip
+    if problems:
+        pytest.skip("cannot build a namespace cluster: " + "; ".join(problems))
+    running = start_cluster(3)
     try:
         yield running
     finally:
@@ -47,4 +65,4 @@ def sge_cluster(cluster: Cluster) -> Iterator[Sge]:
 # The Apptainer fixtures (a real apptainer, train.sif built once) for the runs through the SIF.
 from tests.apptainer.runtime import apptainer, sif  # noqa: E402
 
-__all__ = ["apptainer", "cluster", "cluster_tmp_path", "sge_cluster", "sif"]
+__all__ = ["apptainer", "cluster", "cluster3", "cluster_tmp_path", "sge_cluster", "sif"]

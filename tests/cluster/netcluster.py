@@ -475,11 +475,11 @@ def _start_daemons(cluster: Cluster, timeout: float) -> None:
     ])  # fmt: skip
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir, as the package expects
     for node in cluster.nodes:
-        _daemon(cluster, "sshd", node.name, [_sbin("sshd"), "-D", "-e", "-f", str(node.dir / "sshd_config")])
+        _node_daemon(cluster, node, "sshd")
     _wait_for(lambda: (munge / "munge.socket").exists(), timeout, cluster, "munge socket")
     _daemon(cluster, "slurmctld", head, [_sbin("slurmctld"), "-D", "-f", str(cluster.slurm_conf)])
     for node in cluster.nodes:
-        _daemon(cluster, "slurmd", node.name, [_sbin("slurmd"), "-D", "-N", node.name, "-f", str(cluster.slurm_conf)])
+        _node_daemon(cluster, node, "slurmd")
     for daemon in cluster.daemons:
         if daemon.name == "sshd":
             _wait_for(lambda d=daemon: "Server listening" in d.log.read_text(), timeout, cluster, "sshd listening")
@@ -487,6 +487,16 @@ def _start_daemons(cluster: Cluster, timeout: float) -> None:
     # slurmctld's first scheduling pass comes about 3 s after it starts; a batch job submitted before waits
     # for it, and `sbatch --wait` (which polls at 2 s, then 10 s) would take 10 s instead of 2.
     _wait_for(lambda: _slurm_scheduled_once(cluster), timeout, cluster, "a first Slurm scheduling pass")
+
+
+def _node_daemon(cluster: Cluster, node: Node, name: str) -> Daemon:
+    """Start one of a node's own daemons, sshd or slurmd."""
+    if name == "sshd":
+        argv = [_sbin("sshd"), "-D", "-e", "-f", str(node.dir / "sshd_config")]
+    else:
+        argv = [_sbin("slurmd"), "-D", "-N", node.name, "-f", str(cluster.slurm_conf)]
+    _daemon(cluster, name, node.name, argv)
+    return cluster.daemons[-1]
 
 
 def _daemon(cluster: Cluster, name: str, node: str, argv: list[str]) -> None:
@@ -527,6 +537,39 @@ def _wait_for(ready, timeout: float, cluster: Cluster, what: str) -> None:
         if time.monotonic() > deadline:
             raise ClusterError(f"no {what} after {timeout:.0f} s; see the logs in {cluster.run_dir / 'logs'}")
         time.sleep(0.1)
+
+
+# ---- a node's failure, for fault tests --------------------------------------------------------------------
+
+
+# What a node's daemon writes once it serves (start_again waits for it).
+READY = {"sshd": "Server listening", "slurmd": "slurmd started on"}
+
+
+def kill_node(cluster: Cluster, name: str, daemons: tuple[str, ...] = ("sshd",)) -> list[str]:
+    """SIGKILL every process of node NAME but what keeps it a node of this cluster for the tests after (its
+    namespace holder, its daemons not named in DAEMONS): a job's processes, and its sshd (so that it no longer
+    answers ssh, as a node that died), its slurmd too where named (Slurm then starts no step there). The command
+    lines killed; `start_again` brings each daemon back."""
+    node = cluster.node(name)
+    own = {d.proc.pid for d in cluster.daemons if d.node == name and d.name not in daemons}
+    kept = {cluster.holders[name].pid, *own}
+    killed = []
+    for pid in _pids_in_netns(os.stat(f"/run/netns/{node.netns}").st_ino):
+        if pid in kept:
+            continue
+        with contextlib.suppress(OSError):
+            killed.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip())
+            os.kill(pid, signal.SIGKILL)
+    return killed
+
+
+def start_again(cluster: Cluster, name: str, daemons: tuple[str, ...] = ("sshd",), timeout: float = 30) -> None:
+    """Start node NAME's DAEMONS (sshd, slurmd) again, after kill_node, and wait until they serve."""
+    cluster.daemons[:] = [d for d in cluster.daemons if not (d.node == name and d.name in daemons)]
+    for daemon in daemons:
+        started = _node_daemon(cluster, cluster.node(name), daemon)
+        _wait_for(lambda d=started: READY[d.name] in d.log.read_text(), timeout, cluster, f"{daemon} serving on {name}")
 
 
 # ---- teardown helpers -----------------------------------------------------------------------------------

@@ -9,35 +9,18 @@ a rate limit (tc's tbf): this kernel, like many CI kernels, has no netem.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cluster.netcluster import Cluster, missing_requirements, start_cluster
+from tests.cluster.netcluster import Cluster
 from tests.cluster.test_launch_cluster import REPO, cpu_job_script, node_env, sbatch, train_args
 
 PORT = 29517  # fixed, so that the firewall test can drop it
-
-
-@pytest.fixture(scope="module")
-def cluster3() -> Iterator[Cluster]:
-    problems = missing_requirements()
-    problems += [f"missing {tool}: run tests/cluster/install-deps" for tool in ("iptables", "tc")
-                 if shutil.which(tool, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") is None]  # fmt: skip
-    if problems:
-        pytest.skip("cannot build a namespace cluster: " + "; ".join(problems))
-    running = start_cluster(3)
-    try:
-        yield running
-    finally:
-        running.teardown()
 
 
 @pytest.fixture

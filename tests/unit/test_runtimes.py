@@ -72,9 +72,24 @@ def test_the_slurm_scripts_get_pyxis_options_for_srun():
     assert result.stdout.split() == words_for(
         "pyxis", "/images/cpu.sqsh", ["--bind", "/job", "--workdir", "/job", "--srun"]
     )
-    slurm = [p.read_text() for p in (REPO / "scripts/slurm").glob("*.sbatch")]
-    assert slurm and all('container_words "$SLURM_SUBMIT_DIR" --srun' in text for text in slurm)
-    assert all('srun --kill-on-bad-exit=1 "${run[@]}" launch' in text for text in slurm)
+    # train-restart.sbatch's launch runs the image in the batch script itself and calls srun from there: its words
+    # are not srun's (it refuses pyxis in one line), but its health check's srun runs them as the others' does.
+    slurm = {p.name: p.read_text() for p in (REPO / "scripts/slurm").glob("*.sbatch")}
+    restart = slurm.pop("train-restart.sbatch")
+    assert slurm and all('container_words "$SLURM_SUBMIT_DIR" --srun' in text for text in slurm.values())
+    assert 'container_words "$SLURM_SUBMIT_DIR"  ' in restart and '"${run[@]}" launch --launcher srun' in restart
+    assert all('srun --kill-on-bad-exit=1 "${run[@]}" launch' in text for text in [*slurm.values(), restart])
+
+
+def test_the_restart_job_script_refuses_pyxis_in_one_line():
+    """Its launch runs in the batch script and calls srun itself: nothing there takes srun's options."""
+    env = {"PATH": "/usr/bin:/bin", "CONTAINER": "pyxis", "SLURM_SUBMIT_DIR": "/job", "SLURM_JOB_ID": "1"}
+    script = REPO / "scripts/slurm/train-restart.sbatch"
+    result = subprocess.run(["bash", str(script)], cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "error: pyxis runs through srun's options, and launch runs here, in the batch script: use CONTAINER=none, "
+        "or scripts/slurm/train-per-node.sbatch (no restarts)"
+    ]
 
 
 def test_the_other_scripts_refuse_pyxis_in_one_line():

@@ -1,7 +1,8 @@
 """`launch`: arguments -> config -> plan -> execution (or, with --dry-run, the plan printed).
 
 Per rank under srun / mpirun / PBS / SGE / LSF (`srun ... launch train`), per node with
-`--nproc-per-node K`, or from a head node over pdsh or mpirun (`--launcher pdsh --hostfile H`).
+`--nproc-per-node K`, or from a head node over pdsh or mpirun (`--launcher pdsh --hostfile H`), or srun from a
+Slurm job's batch script (`--launcher srun`).
 """
 
 from __future__ import annotations
@@ -12,18 +13,21 @@ import shlex
 import sys
 from pathlib import Path
 
+from zerokit.cluster.base import ClusterEnvironment
 from zerokit.cluster.nic import interface_to
 from zerokit.foundations import startup_marks
 from zerokit.image.ds_install import read_prebuilt
 from zerokit.image.provenance import redacted_argv
 from zerokit.launch.config import LaunchConfig, parse
 from zerokit.launch.execute import execute
+from zerokit.launch.head_restart import Replan, restarting_nodes
 from zerokit.launch.job_ops import check_job_ops
 from zerokit.launch.nccl_plugin import check_nccl_plugin
 from zerokit.launch.plan import Plan, plan
 from zerokit.launch.preflight import preflight_failures, report, runs_preflight
 from zerokit.launch.program import check_commands
 from zerokit.launch.rank.environment import check_port_free, free_port, launch_environment, refuse_hidden_job
+from zerokit.launch.supervisor import stop_when_stdin_closes
 
 PORT_FIX = "pass a free one with --master-port PORT (or MASTER_PORT), or set neither and launch picks one"
 
@@ -85,4 +89,13 @@ def run(config: LaunchConfig) -> int:
     if the_plan.mode == "remote" and config.launcher == "pdsh":
         write_deepspeed_env(the_plan, Path(config.workdir))
     startup_marks.pass_on(os.environ, "launch ")  # for bench's start-up breakdown (StepClock)
+    if config.stop_when_stdin_closes:
+        stop_when_stdin_closes()
+    if the_plan.mode == "remote" and config.max_restarts:
+        return restarting_nodes(the_plan, config, replanner(cluster), os.environ)
     return execute(the_plan, config.stop_grace, config.stall_timeout, config.max_restarts)
+
+
+def replanner(cluster: ClusterEnvironment | None) -> Replan:
+    """How a head-node restart plans the job again (on fewer hosts): as the first plan was made."""
+    return lambda config, environ: plan(config, cluster, environ, os.cpu_count() or 1, interface_to, free_port)

@@ -9,3 +9,4 @@ from dataclasses import dataclass
 class Command:
     argv: tuple[str, ...]
     env: dict[str, str]  # variables set on top of the parent's environment
+    host: str | None = None  # the one host a head-node launcher's command starts the job on (pdsh, per host)

@@ -64,11 +64,20 @@ class LaunchFlags:
         default="auto",
         check=launcher_name,
         help="auto: this process is a rank or a node, as detected; pdsh/mpirun: start all nodes from this head "
-        f"node; {'/'.join(SCHEDULERS)}: as auto, but refuse to start unless that scheduler started this process",
+        "node; srun: from a Slurm job's batch script, a step per node of the job; "
+        f"{'/'.join(SCHEDULERS)}: as auto, but refuse to start unless that scheduler started this process",
     )
-    hostfile: str | None = flag("--hostfile", help="hosts for --launcher pdsh/mpirun, one per line (slots ignored)")
+    hostfile: str | None = flag(
+        "--hostfile",
+        help="hosts for --launcher pdsh/mpirun, one per line (slots ignored); with srun, some of the job's nodes "
+        "(default: all)",
+    )
     hosts: str | None = flag("--hosts", help=argparse.SUPPRESS)  # set by a head-node launch
     node_host: str | None = flag("--node-host", help=argparse.SUPPRESS)  # set by a head-node launch (pdsh's %%h)
+    # Set by a head-node pdsh launch: this launch's stdin is the head's connection (zerokit.launch.head).
+    stop_when_stdin_closes: bool = flag(
+        "--stop-when-stdin-closes", default=False, action="store_true", help=argparse.SUPPRESS
+    )
     ifname: str | None = flag(
         "--ifname", help="network interface for NCCL/gloo (default: the one routing to the main address)"
     )
@@ -107,8 +116,17 @@ class LaunchFlags:
         default=0,
         check=none_or_more,
         help="when a rank dies of a machine fault (killed by SIGKILL, SIGSEGV, SIGBUS, SIGABRT..., the OOM killer, "
-        "or the stall watch), stop the others and start the job again, train with --resume auto, up to N times; "
-        "faults are logged beside the output folder (default 0: never; one node's --nproc-per-node ranks only)",
+        "or the stall watch), or a node of a --launcher pdsh/mpirun/srun job dies or stops answering, stop the others "
+        "and start the job again (on the nodes that answer), train with --resume auto, up to N times; faults are "
+        "logged beside the output folder (default 0: never; one node's --nproc-per-node ranks, or a head-node launch)",
+    )
+    min_nodes: int = flag(
+        "--min-nodes",
+        metavar="M",
+        default=1,
+        check=count,
+        help="with --launcher pdsh/mpirun/srun and --max-restarts: restart only while at least M nodes of the job "
+        "answer; with fewer, end the job in one line (default 1)",
     )
     check: bool = flag(
         "--check",
@@ -190,8 +208,8 @@ class LaunchConfig:
 
     target: tuple[str, ...]  # argv each rank runs
     nproc_per_node: int | None  # None: the scheduler started every rank (per-rank mode)
-    launcher: str  # auto: per rank / per node here; pdsh, mpirun: start every node; slurm, ...: required here
-    hosts_from_file: tuple[str, ...]  # --hostfile, for pdsh/mpirun
+    launcher: str  # auto: per rank / per node here; pdsh, mpirun, srun: start every node; slurm, ...: required here
+    hosts_from_file: tuple[str, ...]  # --hostfile, for pdsh/mpirun (srun: of the job's nodes; all when empty)
     hosts: tuple[str, ...]  # --hosts, set by a head-node launch on each node
     node_host: str | None  # --node-host: which of --hosts this node is
     ifname: str | None
@@ -205,7 +223,9 @@ class LaunchConfig:
     preflight: bool
     stop_grace: float  # seconds between passing a stop signal on to the ranks and killing them
     stall_timeout: float = DEFAULT_STALL_TIMEOUT  # seconds without progress on any rank that end the job; 0: off
-    max_restarts: int = 0  # restarts of the local ranks after a machine fault (zerokit.launch.restart)
+    max_restarts: int = 0  # restarts after a machine fault (zerokit.launch.restart, zerokit.launch.head_restart)
+    min_nodes: int = 1  # the fewest answering nodes a head-node launch restarts on
+    stop_when_stdin_closes: bool = False  # a node of a head-node pdsh launch: stdin is the head's connection
     check: CheckConfig | None = None  # --check/--check-only: every rank runs the health check first
     strict_ops: bool = False  # refuse, not warn, when the job needs a DeepSpeed op that is not prebuilt
     nccl_plugin: NcclPlugin | None = None  # the host's NCCL net plugin, for the ranks
@@ -226,7 +246,8 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         environ,
         prog="launch",
         description="Start ranks of train (or any command after --) under "
-        f"{', '.join(dict.fromkeys(env.title for env in ENVIRONMENTS))}, or from a head node over pdsh or mpirun. "
+        f"{', '.join(dict.fromkeys(env.title for env in ENVIRONMENTS))}, or from a head node over pdsh or mpirun "
+        "(or srun, in a Slurm job). "
         "Every flag can also be set as ZEROKIT_<FLAG>, e.g. ZEROKIT_NPROC_PER_NODE.",
         epilog=argparse.SUPPRESS,  # the description says it
     )
@@ -271,7 +292,7 @@ def spawn_config(command: Sequence[str], nproc_per_node: int, environ: Mapping[s
 
 def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
     """The flags checked together, and the config made from them."""
-    if flags.launcher in REMOTE_LAUNCHERS and not flags.hostfile:
+    if flags.launcher in REMOTE_LAUNCHERS and not flags.hostfile and not HEAD_LAUNCHERS[flags.launcher].in_allocation:
         raise UserError(f"--launcher {flags.launcher} needs --hostfile FILE (one host per line)")
     if flags.print_command and flags.launcher not in REMOTE_LAUNCHERS:
         raise UserError("--print-command prints a head-node command: add --launcher mpirun (or pdsh) --hostfile FILE")
@@ -302,6 +323,8 @@ def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
         stop_grace=flags.stop_grace,
         stall_timeout=flags.stall_timeout,
         max_restarts=flags.max_restarts,
+        min_nodes=flags.min_nodes,
+        stop_when_stdin_closes=flags.stop_when_stdin_closes,
         check=options if flags.check or flags.check_only else None,
         strict_ops=flags.strict_ops,
         nccl_plugin=nccl_plugin(flags.nccl_plugin, flags.nccl_net_strict),

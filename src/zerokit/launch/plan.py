@@ -12,7 +12,8 @@ zerokit.launch.execute carries it out. Three modes:
 - spawn:  this process is one node: start its K local ranks (`--nproc-per-node K`, K = 1 too: alone, or
           one node of a pdsh launch) and supervise them (zerokit.launch.supervisor): launch names a rank that
           a signal killed, its node, and whether the run's outputs are complete, and exits with its status.
-- remote: this is the head node: start the job on every host (zerokit.launch.head: pdsh, mpirun, mpiexec).
+- remote: this is the head node: start the job on every host (zerokit.launch.head: pdsh, mpirun, mpiexec; srun
+          from a Slurm job's batch step, on the job's nodes).
 """
 
 from __future__ import annotations
@@ -22,26 +23,32 @@ from dataclasses import asdict, dataclass, field, replace
 
 from zerokit.cluster.base import DEFAULT_PORT, ClusterEnvironment, RankEnv, port_from_job_id
 from zerokit.cluster.nic import nic_env
+from zerokit.cluster.slurm import allocation_hosts, allocation_job_id
 from zerokit.foundations.errors import UserError
 from zerokit.healthcheck.command import rank_argv
 from zerokit.image.runtimes import inside
 from zerokit.launch.command import Command
 from zerokit.launch.config import LaunchConfig
-from zerokit.launch.head import HEAD_LAUNCHERS, HeadJob
+from zerokit.launch.head import HEAD_LAUNCHERS, HeadJob, HeadLauncher
 from zerokit.launch.nccl_plugin import forwarded, plugin_env
 from zerokit.launch.rank.environment import deepspeed_arch_env
 from zerokit.launch.rank.progress import TIMEOUT_VARIABLE
 from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
+from zerokit.launch.supervisor import DEFAULT_STOP_GRACE
 
 # Variables the remote launches inherit from the head node (pdsh/ssh gives them a bare login
 # environment). Tokens are left out on purpose: they would show on the remote command line.
 FORWARDED_PREFIXES = ("ZEROKIT_", "HF_", "NCCL_", "GLOO_", "TORCH_", "TRANSFORMERS_", "DS_", "CUDA_", "OMP_")
 FORWARDED_NAMES = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "TRITON_CACHE_DIR")
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
-# launch's --strict-ops, as the nodes' launches read it.
+# launch's --strict-ops and --stop-grace, as the nodes' launches read them.
 STRICT_OPS_VARIABLE = "ZEROKIT_STRICT_OPS"
-# Not forwarded: the head node's launch wraps the target in the check once; the nodes must not again.
-HEAD_ONLY_PREFIXES = ("ZEROKIT_CHECK",)
+STOP_GRACE_VARIABLE = "ZEROKIT_STOP_GRACE"
+# Not forwarded: the head node's launch wraps the target in the check once, restarts the job, and starts it on
+# the hosts (the nodes must not again).
+HEAD_ONLY_PREFIXES = (
+    "ZEROKIT_CHECK", "ZEROKIT_MAX_RESTARTS", "ZEROKIT_MIN_NODES", "ZEROKIT_LAUNCHER", "ZEROKIT_HOSTFILE"
+)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,20 +85,48 @@ def plan(
 ) -> Plan:
     """The plan for this process. Raises UserError for a setup that cannot work, naming the fix."""
     made = _plan(config, cluster, environ, cpu_count, interface_to, free_port)
-    check_restarts(config.max_restarts, made)
+    check_restarts(config, made)
     if config.check is not None and config.launcher not in HEAD_LAUNCHERS:
         return _with_check(made, config)
     return made
 
 
-def check_restarts(max_restarts: int, plan: Plan) -> None:
-    """--max-restarts restarts the ranks one launch supervises, so they must be the whole job: on several nodes,
-    the other nodes' ranks would wait for the restarted ones in a rendezvous that is gone."""
-    if max_restarts and (plan.mode != "spawn" or plan.nnodes > 1):
+def check_restarts(config: LaunchConfig, plan: Plan) -> None:
+    """--max-restarts restarts what one launch starts, so it must be the whole job: the ranks of one node, or
+    every node from the head node. One node's launch of several (srun's, or the head's pdsh's) cannot: the
+    other nodes' ranks would wait for the restarted ones in a rendezvous that is gone."""
+    whole_job = plan.mode == "remote" or (plan.mode == "spawn" and plan.nnodes == 1)
+    if config.max_restarts and not whole_job:
         where = f"{plan.nnodes} nodes" if plan.mode == "spawn" else f"{plan.mode} mode under {plan.environment}"
         raise UserError(
-            f"--max-restarts restarts the ranks of a job on one node (launch --nproc-per-node K on it), this is "
-            f"{where}: drop --max-restarts (and ZEROKIT_MAX_RESTARTS), or run the job on one node"
+            f"--max-restarts restarts the ranks launch starts, on one node (launch --nproc-per-node K) or from the "
+            f"head node (--launcher pdsh|mpirun --hostfile H, or srun in a Slurm job's batch script); this is "
+            f"{where}: drop --max-restarts (and ZEROKIT_MAX_RESTARTS), or start the job from the head node"
+        )
+    if config.max_restarts and config.print_command:
+        raise UserError(
+            "--print-command prints a command that launch does not run, so nothing would restart it: drop "
+            "--max-restarts (and ZEROKIT_MAX_RESTARTS), or let launch run the job"
+        )
+    check_min_nodes(config, plan)
+
+
+def check_min_nodes(config: LaunchConfig, plan: Plan) -> None:
+    """--min-nodes counts the hosts a head-node launch restarts on: it needs one, with restarts, and no more
+    than it starts the job on."""
+    if config.min_nodes == 1:
+        return
+    if plan.mode != "remote" or not config.max_restarts:
+        raise UserError(
+            f"--min-nodes {config.min_nodes} is the fewest nodes a head-node launch restarts on: add --launcher "
+            "pdsh|mpirun --hostfile H (or srun, in a Slurm job) --max-restarts N, or drop --min-nodes (and "
+            "ZEROKIT_MIN_NODES)"
+        )
+    if config.min_nodes > len(plan.hosts):
+        source = "Slurm job" if HEAD_LAUNCHERS[config.launcher].in_allocation else "hostfile"
+        raise UserError(
+            f"--min-nodes {config.min_nodes} is more than the {len(plan.hosts)} hosts of the {source}: lower it, "
+            "or list more hosts"
         )
 
 
@@ -117,7 +152,7 @@ def _plan(config, cluster, environ, cpu_count, interface_to, free_port) -> Plan:
         port = config.master_port or DEFAULT_PORT
         return _node_plan(
             config,
-            "pdsh",
+            cluster.name if cluster else "pdsh",  # a step that a head's srun started is in Slurm's variables
             config.hosts,
             len(config.hosts),
             node_rank,
@@ -218,14 +253,15 @@ def _node_plan(
 
 
 def _remote_plan(config, cluster, environ, interface_to) -> Plan:
-    """remote: from the head node, one `launch` per host (pdsh), or every rank at once (an MPI launcher)."""
-    hosts = config.hosts_from_file or (cluster.hosts if cluster else ())
+    """remote: from the head node, one `launch` per host (pdsh, srun), or every rank at once (an MPI launcher)."""
+    launcher = HEAD_LAUNCHERS[config.launcher]
+    hosts, job_id = allocation(config, environ) if launcher.in_allocation else (config.hosts_from_file, None)
+    hosts = hosts or (cluster.hosts if cluster else ())
     if not hosts:
         raise UserError(f"--launcher {config.launcher} needs the hosts: pass --hostfile FILE (one host per line)")
-    launcher = HEAD_LAUNCHERS[config.launcher]
     nproc = config.nproc_per_node or 1
     main_address = config.master_addr or hosts[0]
-    port = config.master_port or port_from_job_id(cluster.job_id if cluster else None)
+    port = config.master_port or port_from_job_id(job_id or (cluster.job_id if cluster else None))
     # Inside the image, pdsh's command re-enters it on each host; an MPI launcher run from the image has its
     # daemons do it (its ranks then need neither the re-entry nor the host's PATH). A printed command
     # (--print-command) is the host's mpirun's to run: its ranks must enter the image themselves.
@@ -233,9 +269,13 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
     env = forwarded_env(environ, host_path=not in_image)
     if config.stall_timeout != DEFAULT_STALL_TIMEOUT:  # the nodes' launches (or ranks) watch with the same
         env[TIMEOUT_VARIABLE] = f"{config.stall_timeout:g}"
+    if config.stop_grace != DEFAULT_STOP_GRACE:  # the nodes' launches stop their ranks within the same
+        env[STOP_GRACE_VARIABLE] = f"{config.stop_grace:g}"
     if config.strict_ops:  # the nodes' launches run the preflight, and refuse as this one would
         env[STRICT_OPS_VARIABLE] = "1"
     env |= forwarded(config.nccl_plugin)
+    # srun's steps inherit its environment: the head's own variables are unset there.
+    unset = tuple(sorted(name for name in environ if name.startswith(HEAD_ONLY_PREFIXES)))
     job = HeadJob(
         hosts=hosts,
         nproc_per_node=nproc,
@@ -246,6 +286,7 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
         env=env,
         launch=(*([] if in_image else container_prefix(environ)), config.python, "-m", "zerokit", "launch"),
         target=checked_target(config, hosts),
+        unset=unset if launcher.in_allocation else (),
     )
     return Plan(
         mode="remote",
@@ -259,8 +300,37 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
         main_port=port,
         ifname=config.ifname,
         env=env,
-        commands=(Command(launcher.argv(job), {}),),
+        commands=head_commands(launcher, job, config.max_restarts),
     )
+
+
+def allocation(config: LaunchConfig, environ: Mapping[str, str]) -> tuple[tuple[str, ...], str]:
+    """The hosts and job id of the Slurm job this head launch runs in (--launcher srun): the job's nodes, or those
+    of them the hostfile names. Raises UserError outside a job, or for a host not in it."""
+    job_id, nodes = allocation_job_id(environ), allocation_hosts(environ)
+    if job_id is None or not nodes:
+        raise UserError(
+            f"--launcher {config.launcher} starts a step per node of the Slurm job it runs in, and this runs in none "
+            "(no SLURM_JOB_ID and SLURM_JOB_NODELIST): run it in a job script (scripts/slurm/train-restart.sbatch) "
+            "or under salloc, or use --launcher pdsh --hostfile H"
+        )
+    outside = [host for host in config.hosts_from_file if host not in nodes]
+    if outside:
+        raise UserError(
+            f"--hostfile names {', '.join(outside)}, not a node of Slurm job {job_id} ({','.join(nodes)}): list only "
+            "the job's nodes, or drop --hostfile to run on all of them"
+        )
+    return config.hosts_from_file or nodes, job_id
+
+
+def head_commands(launcher: HeadLauncher, job: HeadJob, max_restarts: int) -> tuple[Command, ...]:
+    """What starts the job from the head node: one command, or one per host where restarts need to see each
+    node's end (zerokit.launch.head_restart) and the launcher can start them one at a time (pdsh, srun). srun
+    gets the variables for the nodes in its own environment, which its steps inherit."""
+    env = dict(job.env) if launcher.in_allocation else {}
+    if max_restarts and launcher.host_argv is not None:
+        return tuple(Command(launcher.host_argv(job, host), env, host) for host in job.hosts)
+    return (Command(launcher.argv(job), env),)
 
 
 def forwarded_env(environ: Mapping[str, str], host_path: bool = True) -> dict[str, str]:

@@ -22,6 +22,10 @@
 - With a stall watch (`--stall-timeout`, zerokit.launch.stall): when no rank has made progress for
   its timeout, launch gets every rank's stacks, stops the ranks as for a failed rank, and ends with one
   line naming the stuck rank(s); the ranks' exits on the way are not failures of their own.
+- A node's launch that a head-node pdsh started stops its ranks as for SIGTERM when its stdin, the head's
+  connection, closes (stop_when_stdin_closes; zerokit.launch.head): the head's launch is gone. SIGTERM, as a
+  scheduler's preemption: where every rank still runs, train checkpoints at the step's end; a rank stuck in a
+  collective with a dead node's is killed after the stop grace.
 - Once its ranks have ended, launch removes what DeepSpeed's CPU all-reduce segments they left in /dev/shm
   (a rank killed before it removed its own: zerokit.cluster.shm_segments).
 - Exit code: that of the first rank that failed on its own (128+N when signal N killed it), else 124
@@ -39,8 +43,10 @@ import errno
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -116,10 +122,11 @@ def outputs_state(argv: Sequence[str]) -> str:
 
 
 def label(command: Command) -> str:
-    """How messages name a command: its rank, or (a head-node launcher) its program."""
+    """How messages name a command: its rank, or (a head-node launcher) its program, and the host it starts."""
     if "RANK" in command.env:
         return f"rank {command.env['RANK']} (local {command.env.get('LOCAL_RANK', '?')})"
-    return os.path.basename(command.argv[0])
+    program = os.path.basename(command.argv[0])
+    return f"{program} to {command.host}" if command.host else program
 
 
 class Rank:
@@ -127,6 +134,7 @@ class Rank:
 
     def __init__(self, command: Command) -> None:
         self.label = label(command)
+        self.host = command.host  # the host a head-node launcher's command starts, if one alone
         self.rank = command.env.get("RANK", "?")
         self.argv = command.argv
         self.is_rank = "RANK" in command.env  # else a head-node launcher (pdsh, mpirun) starting the ranks
@@ -137,12 +145,14 @@ class Rank:
             preexec_fn=die_with_parent(os.getpid()),
         )
         self.killed = False  # by launch, after the grace: its exit is not a failure of its own
+        self.stopped = False  # sent a stop signal by launch: how it ended says nothing of its node (srun: 137)
 
     def running(self) -> bool:
         return self.process.poll() is None
 
     def send(self, signum: int) -> None:
         if self.running():
+            self.stopped = self.stopped or signum in STOP_SIGNALS
             self.process.send_signal(signum)
 
     def kill_group(self) -> None:
@@ -362,6 +372,25 @@ def queued_signals() -> Iterator[list[int]]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def stop_when_stdin_closes(fd: int = 0) -> None:
+    """A node's launch under a head-node pdsh: when its stdin (the head's connection: zerokit.launch.head) reads
+    end-of-file, the head's pdsh is gone, and this launch gets SIGTERM, which stops its ranks as any stop signal
+    does (a checkpoint first, where the job can still write one). Nothing is watched where stdin is no pipe or
+    socket (a terminal, /dev/null: not started so)."""
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        return
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):  # a read that fails is a connection gone too
+            while os.read(fd, 65536):
+                pass
+        say("stdin closed: the head node's launch is gone; stopping the ranks")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
 
 
 def supervise(

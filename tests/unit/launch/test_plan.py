@@ -215,22 +215,11 @@ def test_pdsh_head_node_starts_one_launch_per_host(tmp_path):
         29500,
     )
     (command,) = p.commands
-    assert command.argv[:12] == (
-        "pdsh",
-        "-S",
-        "-R",
-        "exec",
-        "-f",
-        "2",
-        "-w",
-        "node1,node2",
-        "ssh",
-        "-o",
-        "BatchMode=yes",
-        "%h",
-    )
-    line = command.argv[12]
-    remote = "/venv/bin/python -m zerokit launch --hosts node1,node2 --node-host %h "
+    assert command.argv[:9] == ("pdsh", "-S", "-R", "exec", "-f", "2", "-w", "node1,node2", "ssh")
+    assert command.argv[9:16] == ("-o", "BatchMode=yes", "-o", "ServerAliveInterval=10", "-o",
+                                  "ServerAliveCountMax=3", "%h")  # fmt: skip
+    line = command.argv[16]
+    remote = "/venv/bin/python -m zerokit launch --hosts node1,node2 --node-host %h --stop-when-stdin-closes "
     assert f"env HF_HOME=/data/hf PATH=/venv/bin:/usr/bin {remote}" in line
     assert line.endswith(
         "--nproc-per-node 2 --master-addr node1 --master-port 29500 -- /venv/bin/python -m zerokit train"

@@ -81,14 +81,13 @@ def test_faults_are_logged_beside_the_output_folder_else_in_the_working_folder(t
 @pytest.mark.parametrize(
     "argv, environ, where",
     [
-        (["--launcher", "pdsh", "--hostfile", "HOSTS"], {}, "remote mode under pdsh"),
         (["--hosts", "node1,node2", "--node-host", "node2", "--nproc-per-node", "2"], {}, "2 nodes"),
         (["--nproc-per-node", "2"], {"ZEROKIT_MAX_RESTARTS": "1", "SLURM_NTASKS": "2"}, None),
     ],
 )
-def test_restarts_are_refused_where_the_ranks_are_not_the_whole_job(tmp_path, argv, environ, where):
-    (tmp_path / "HOSTS").write_text("node1\nnode2\n")
-    argv = [word.replace("HOSTS", str(tmp_path / "HOSTS")) for word in argv]
+def test_restarts_are_refused_where_the_ranks_are_not_the_whole_job(argv, environ, where):
+    """One node's launch of several (srun's, or a head-node launch's): the head node restarts the whole job
+    (test_head_restart.py)."""
     if where is None:  # srun's one task of two nodes: the variable, as any flag
         from tests.unit.launch.test_plan import SLURM_RANK_3
 
@@ -97,7 +96,9 @@ def test_restarts_are_refused_where_the_ranks_are_not_the_whole_job(tmp_path, ar
         where, flags = "2 nodes", argv
     else:
         flags = ["--max-restarts", "1", *argv]
-    with pytest.raises(UserError, match=f"--max-restarts restarts the ranks of a job on one node .*this is {where}"):
+    with pytest.raises(
+        UserError, match=f"--max-restarts restarts the ranks launch starts, on one node .*this is {where}"
+    ):
         make_plan([*flags, "--", "python", "x.py"], environ)
 
 
