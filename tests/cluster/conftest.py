@@ -17,14 +17,7 @@ from tests.cluster.sge import Sge, missing_sge, start_sge, stop_sge
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """A running 2-node cluster (node1, node2) with sshd, Slurm and OpenMPI; torn down after the session."""
-    problems = missing_requirements()
-    if problems:
-        pytest.skip("cannot build a namespace cluster: " + "; ".join(problems))
-    running = start_cluster(2)
-    try:
-        yield running
-    finally:
-        running.teardown()
+    yield from running_cluster(2, missing_requirements())
 
 
 @pytest.fixture(scope="session")
@@ -34,9 +27,14 @@ def cluster3() -> Iterator[Cluster]:
     problems = missing_requirements()
     problems += [f"missing {tool}: run tests/cluster/install-deps" for tool in ("iptables", "tc")
                  if shutil.which(tool, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") is None]  # fmt: skip
+    yield from running_cluster(3, problems)
+
+
+def running_cluster(nodes: int, problems: list[str]) -> Iterator[Cluster]:
+    """A cluster of nodes for a fixture to yield, torn down after it; skipped, naming the problems, where any."""
     if problems:
         pytest.skip("cannot build a namespace cluster: " + "; ".join(problems))
-    running = start_cluster(3)
+    running = start_cluster(nodes)
     try:
         yield running
     finally:
