@@ -24,6 +24,7 @@ from tests.faults.processes import (
     unique_marker,
     wait_for_files,
 )
+from zerokit.foundations.errors import REQUEUE_EXIT_CODE
 
 GRACE = 1  # --stop-grace of these tests, seconds
 # A stop must be over within this, start-up of launch and its ranks included. Wide for a loaded 2-core machine
@@ -163,6 +164,15 @@ def test_a_usage_error_on_every_rank_is_printed_by_rank_0_even_when_another_rank
     result = run_zerokit(["launch", "--nproc-per-node", "2", "--stop-grace", "1", "--", "sh", "-c", hang], env)
     assert result.returncode == 2 and "rank 1 (local 1) exited with 2; stopping the other ranks" in result.stderr
     assert time.monotonic() - started < BOUND and strays(marker) == []
+
+
+def test_a_preempted_rank_ending_first_leaves_rank_0_to_publish_the_checkpoint(env, marker):
+    """Exit 85: the preemption checkpoint every rank agreed on is written, and rank 0 may still be publishing it
+    when another rank is gone: it is not stopped on its way (under srun a stop is a SIGKILL)."""
+    script = f'if [ "$RANK" = 0 ]; then sleep 2; echo "checkpoint published"; fi; exit {REQUEUE_EXIT_CODE} # {marker}'
+    result = run_zerokit(["launch", "--nproc-per-node", "2", "--", "sh", "-c", script], env, timeout=60)
+    assert result.returncode == REQUEUE_EXIT_CODE, result.stderr
+    assert "checkpoint published" in result.stdout and "stopping the other ranks" not in result.stderr
 
 
 def test_a_rank_stuck_when_another_fails_is_killed_after_the_grace(tmp_path, env, marker):

@@ -1,4 +1,9 @@
-"""The exceptions the CLI prints as one line (no traceback), with their exit codes."""
+"""The exceptions the CLI prints as one line (no traceback), with their exit codes; and train's exit code after a
+preemption checkpoint, which the job scripts requeue on."""
+
+# train exits so once its preemption checkpoint is written (zerokit.train.callbacks.preemption); the job scripts
+# (scripts/slurm/*.sbatch, REQUEUE_EXIT_CODE) requeue the job on it, launch lets the other ranks end on their own.
+REQUEUE_EXIT_CODE = 85
 
 
 class OneLineError(Exception):

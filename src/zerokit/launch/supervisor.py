@@ -54,7 +54,7 @@ from pathlib import Path
 
 from zerokit.cluster import node_memory
 from zerokit.cluster.shm_segments import remove_segments
-from zerokit.foundations.errors import UserError
+from zerokit.foundations.errors import REQUEUE_EXIT_CODE, UserError
 from zerokit.foundations.flags import flag_value
 from zerokit.launch.command import Command
 from zerokit.launch.oom import SIGKILL_EXITS, oom_cause
@@ -67,10 +67,11 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 POLL_SECONDS = 0.1
 # A rank that exits with UserError's code met bad input that every rank meets alike, and rank 0 names it in
-# one line: the others get this long to end on their own before they are stopped, or rank 0 could be
-# stopped on its way to that line (a rank that fails before the others have even started, say).
-USAGE_GRACE = 10.0
-USAGE_EXIT_CODE = UserError.exit_code
+# one line; one that exits with the requeue code wrote the preemption checkpoint every rank agreed on, which
+# rank 0 may still be publishing. Either way the others are on their way out: they get this long to end on
+# their own before they are stopped, or rank 0 could be stopped on its way (under srun, a stop is a SIGKILL).
+AGREED_END_GRACE = 10.0
+AGREED_EXIT_CODES = (UserError.exit_code, REQUEUE_EXIT_CODE)
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 OUTPUT_DIR_FLAGS = ("--output_dir", "--output-dir")  # HF's TrainingArguments, zerokit train's
 # The weights save_model writes: whole, sharded (the index), legacy (.bin), or a LoRA adapter's.
@@ -213,7 +214,7 @@ class Supervisor:
         self.deadline: float | None = None  # when ranks still running get SIGKILL
         self.stopped_by = ""  # the signal the deadline counts from, for messages
         self.exited: set[Rank] = set()  # the ranks whose exit was seen
-        self.usage_wait: float | None = None  # until when the others may end on their own (USAGE_GRACE)
+        self.agreed_wait: float | None = None  # until when the others may end on their own (AGREED_END_GRACE)
         self.oom_kills = node_memory.oom_kills()  # the cgroup's count before any rank starts
         self.cause: str | None = None  # the OOM killer's part in the first failure, when the kernel tells
 
@@ -230,7 +231,7 @@ class Supervisor:
                 self._check_stall(self.stall)
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 self._kill_stragglers()
-            if self.usage_wait is not None and time.monotonic() >= self.usage_wait and self.deadline is None:
+            if self.agreed_wait is not None and time.monotonic() >= self.agreed_wait and self.deadline is None:
                 self._stop_others(self.failure)
             time.sleep(POLL_SECONDS)
 
@@ -274,8 +275,8 @@ class Supervisor:
             self.failure = rank
             self.cause = self._oom_cause(rank)
             others = [other for other in self.ranks if other.running()]
-            if others and self.deadline is None and returncode == USAGE_EXIT_CODE:
-                self.usage_wait = time.monotonic() + USAGE_GRACE
+            if others and self.deadline is None and returncode in AGREED_EXIT_CODES:
+                self.agreed_wait = time.monotonic() + AGREED_END_GRACE
             elif others and self.deadline is None:
                 self._stop_others(rank)
             elif others or death_line(rank, self.cause) is None:  # else the last to end: its line follows at once

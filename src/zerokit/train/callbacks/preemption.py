@@ -19,9 +19,8 @@ import sys
 
 from transformers import TrainerCallback
 
-# The exit code of `train` after a preemption checkpoint. The one place it is defined: the job
-# scripts (scripts/slurm/*.sbatch, REQUEUE_EXIT_CODE) requeue the job when train exits with it.
-REQUEUE_EXIT_CODE = 85
+from zerokit.foundations.errors import REQUEUE_EXIT_CODE
+
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 # Ctrl-C: a person is there, so no requeue; the code a shell reports for SIGINT.
 INTERRUPT_EXIT_CODE = 128 + signal.SIGINT
