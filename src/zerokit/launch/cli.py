@@ -37,6 +37,8 @@ def describe(p: Plan) -> str:
         f"launch: {p.mode} under {p.environment}: node {p.node_rank} of {p.nnodes}, {p.nproc_per_node} rank(s) "
         f"per node, world size {p.world_size}, main {p.main_address}:{p.main_port}, interface {p.ifname or '-'}"
     ]
+    if p.spares:
+        lines.append(f"  spare node(s), for restarts: {','.join(p.spares)}")
     lines += [
         f"  {' '.join(f'{k}={v}' for k, v in sorted(c.env.items()))} {' '.join(redacted_argv(list(c.argv)))}"
         for c in p.commands

@@ -72,6 +72,14 @@ class LaunchFlags:
         help="hosts for --launcher pdsh/mpirun, one per line (slots ignored); with srun, some of the job's nodes "
         "(default: all)",
     )
+    nnodes: int | None = flag(
+        "--nnodes",
+        metavar="N",
+        check=count,
+        help="with --launcher pdsh/mpirun/srun: run the job on the first N hosts of the hostfile (or the Slurm job); "
+        "the others are spares: with --max-restarts, a spare that answers takes the place of each node left out, "
+        "so the job keeps its size (default: every host)",
+    )
     hosts: str | None = flag("--hosts", help=argparse.SUPPRESS)  # set by a head-node launch
     node_host: str | None = flag("--node-host", help=argparse.SUPPRESS)  # set by a head-node launch (pdsh's %%h)
     # Set by a head-node pdsh launch: this launch's stdin is the head's connection (zerokit.launch.head).
@@ -210,6 +218,7 @@ class LaunchConfig:
     nproc_per_node: int | None  # None: the scheduler started every rank (per-rank mode)
     launcher: str  # auto: per rank / per node here; pdsh, mpirun, srun: start every node; slurm, ...: required here
     hosts_from_file: tuple[str, ...]  # --hostfile, for pdsh/mpirun (srun: of the job's nodes; all when empty)
+    nnodes: int | None  # --nnodes: how many of those the job runs on (the rest are spares); None: all
     hosts: tuple[str, ...]  # --hosts, set by a head-node launch on each node
     node_host: str | None  # --node-host: which of --hosts this node is
     ifname: str | None
@@ -296,6 +305,11 @@ def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
         raise UserError(f"--launcher {flags.launcher} needs --hostfile FILE (one host per line)")
     if flags.print_command and flags.launcher not in REMOTE_LAUNCHERS:
         raise UserError("--print-command prints a head-node command: add --launcher mpirun (or pdsh) --hostfile FILE")
+    if flags.nnodes is not None and flags.launcher not in REMOTE_LAUNCHERS:
+        raise UserError(
+            f"--nnodes {flags.nnodes} picks the hosts of a head-node launch: add --launcher pdsh|mpirun --hostfile H "
+            "(or srun, in a Slurm job), or drop --nnodes (and ZEROKIT_NNODES)"
+        )
     if bool(flags.hosts) != bool(flags.node_host):
         raise UserError("--hosts and --node-host go together (a head-node launch sets both)")
     target = () if flags.check_only and not flags.command else target_argv(flags.command, python)
@@ -309,6 +323,7 @@ def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
         nproc_per_node=flags.nproc_per_node,
         launcher=flags.launcher,
         hosts_from_file=read_hostfile(flags.hostfile) if flags.hostfile else (),
+        nnodes=flags.nnodes,
         hosts=tuple(h for h in (flags.hosts or "").split(",") if h),
         node_host=flags.node_host,
         ifname=flags.ifname,

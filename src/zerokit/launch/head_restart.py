@@ -92,24 +92,29 @@ def node_fault(supervisor: Supervisor, hosts: Sequence[str], code: int, launcher
     return NodeFault(failed, silent, code, "; ".join(said))
 
 
-def remaining(hosts: Sequence[str], left_out: Mapping[str, str]) -> tuple[str, ...]:
-    """The hosts a restart runs on: the hostfile's, in its order, but those left out."""
-    return tuple(host for host in hosts if host not in left_out)
+def next_hosts(the_plan: Plan, left_out: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The hosts a restart runs on, and the spares still free: the job's hosts that answer, in their order, then
+    a spare that answers in the place of each host left out (--nnodes); without one the job shrinks."""
+    kept = tuple(host for host in the_plan.hosts if host not in left_out)
+    free = tuple(host for host in the_plan.spares if host not in left_out)
+    taken = free[: len(the_plan.hosts) - len(kept)]
+    return (*kept, *taken), free[len(taken) :]
 
 
-def restart_config(config: LaunchConfig, hosts: tuple[str, ...]) -> LaunchConfig:
-    """The config of the job started again on hosts: train resumes (restart_argv) with the run's global batch
-    (rescaled_argv), behind the check if asked."""
-    target = rescaled_argv(restart_argv(config.target), len(hosts), len(config.hosts_from_file))
+def restart_config(config: LaunchConfig, hosts: tuple[str, ...], spares: tuple[str, ...], first: int) -> LaunchConfig:
+    """The config of the job started again on hosts (`first` of them started it), the spares left behind them:
+    train resumes (restart_argv) with the run's global batch (rescaled_argv), behind the check if asked."""
+    target = rescaled_argv(restart_argv(config.target), len(hosts), first)
     check = replace(config.check, target=target) if config.check is not None else None
-    return replace(config, hosts_from_file=hosts, target=target, check=check)
+    return replace(config, hosts_from_file=(*hosts, *spares), target=target, check=check)
 
 
 def node_event(
-    fault: NodeFault, restart: int | None, max_restarts: int, resumes: str | None, hosts: Sequence[str]
-) -> dict:
+    fault: NodeFault, restart: int | None, max_restarts: int, resumes: str | None, hosts: Sequence[str],
+    joined: Sequence[str] = (),
+) -> dict:  # fmt: skip
     """One fault in the log: when, the nodes at fault, what, those left out, and the restart it led to (None:
-    none) on which hosts."""
+    none) on which hosts, spares `joined` among them."""
     return {
         "at": now(),
         "nodes": list(fault.nodes),
@@ -120,6 +125,7 @@ def node_event(
         "max_restarts": max_restarts,
         "resumes_from": resumes,
         "hosts": list(hosts) if restart is not None else None,
+        "spares_joined": list(joined) if restart is not None else [],
     }
 
 
@@ -128,9 +134,11 @@ def too_few_line(answering: int, hosts: int, min_nodes: int, cause: str) -> str:
     return f"{answering} of {hosts} nodes answer, fewer than --min-nodes {min_nodes}: {cause}; not restarted"
 
 
-def restart_line(fault: NodeFault, restart: int, max_restarts: int, hosts: Sequence[str], start: str) -> str:
-    """The line that says a node fault and the restart it leads to."""
-    left = f"{', '.join(fault.silent)} left out; " if fault.silent else ""
+def restart_line(fault: NodeFault, restart: int, max_restarts: int, hosts: Sequence[str], joined: Sequence[str],
+                 start: str) -> str:  # fmt: skip
+    """The line that says a node fault and the restart it leads to (the spares `joined` in the job)."""
+    instead = f", spare {', '.join(joined)} in {'its' if len(joined) == 1 else 'their'} place" if joined else ""
+    left = f"{', '.join(fault.silent)} left out{instead}; " if fault.silent else ""
     return (
         f"{fault.cause}: a machine fault; {left}restart {restart} of {max_restarts} on {len(hosts)} node(s) "
         f"({','.join(hosts)}), {start}"
@@ -144,28 +152,31 @@ def restarting_nodes(first: Plan, config: LaunchConfig, replan: Replan, environ:
     log = log_path(output_dir(argv), Path.cwd())
     events: list[dict] = []
     the_plan, restart = first, 0
-    config = replace(config, hosts_from_file=first.hosts)  # under srun, the Slurm job's nodes: no hostfile given
+    # Under srun, the Slurm job's nodes (no hostfile given); the spares behind the job's hosts (--nnodes).
+    config = replace(config, hosts_from_file=(*first.hosts, *first.spares))
     with queued_signals() as received:
         while True:
             restart += 1
             code, supervisor = supervise(the_plan.commands, config.stop_grace, None, received)
             if code == 0 or supervisor.stop_signal is not None or has_final_model(argv):
                 return code
-            fault = node_fault(supervisor, the_plan.hosts, code, config.launcher)
+            fault = node_fault(supervisor, (*the_plan.hosts, *the_plan.spares), code, config.launcher)
             if fault is None:
                 return code
-            hosts = remaining(the_plan.hosts, fault.silent)
+            hosts, spares = next_hosts(the_plan, fault.silent)
+            joined = [host for host in hosts if host in the_plan.spares]
             again = restart <= config.max_restarts and len(hosts) >= config.min_nodes
             resumes = resume_point(restart_argv(argv)) if again else None
-            events.append(node_event(fault, restart if again else None, config.max_restarts, resumes, hosts))
+            events.append(node_event(fault, restart if again else None, config.max_restarts, resumes, hosts, joined))
             kept = write_log(log, events)
             if not again:
                 why = end_words(fault, restart, config, len(the_plan.hosts), len(hosts))
                 say(f"{why}: {outputs_state(argv)}; {kept}")
                 return code
             start = f"from {resumes}" if resumes else "as given"
-            say(f"{restart_line(fault, restart, config.max_restarts, hosts, start)}; {kept}")
-            the_plan = replan(restart_config(config, hosts), {**environ, restart_log.VARIABLE: str(log)})
+            say(f"{restart_line(fault, restart, config.max_restarts, hosts, joined, start)}; {kept}")
+            again_config = restart_config(config, hosts, spares, len(first.hosts))
+            the_plan = replan(again_config, {**environ, restart_log.VARIABLE: str(log)})
             wait_for_port(the_plan.main_address, the_plan.main_port, config.stop_grace + PROBE_SECONDS)
 
 

@@ -47,7 +47,8 @@ STOP_GRACE_VARIABLE = "ZEROKIT_STOP_GRACE"
 # Not forwarded: the head node's launch wraps the target in the check once, restarts the job, and starts it on
 # the hosts (the nodes must not again).
 HEAD_ONLY_PREFIXES = (
-    "ZEROKIT_CHECK", "ZEROKIT_MAX_RESTARTS", "ZEROKIT_MIN_NODES", "ZEROKIT_LAUNCHER", "ZEROKIT_HOSTFILE"
+    "ZEROKIT_CHECK", "ZEROKIT_MAX_RESTARTS", "ZEROKIT_MIN_NODES", "ZEROKIT_LAUNCHER", "ZEROKIT_HOSTFILE",
+    "ZEROKIT_NNODES",
 )  # fmt: skip
 
 
@@ -66,6 +67,7 @@ class Plan:
     env: dict[str, str]  # set for every command, on top of the per-rank variables
     commands: tuple[Command, ...] = field(default_factory=tuple)
     notes: tuple[str, ...] = ()  # what launch changed in the ranks' environment, said once (by rank 0's launch)
+    spares: tuple[str, ...] = ()  # a head-node launch's hosts beyond --nnodes, for restarts to take
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -259,6 +261,7 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
     hosts = hosts or (cluster.hosts if cluster else ())
     if not hosts:
         raise UserError(f"--launcher {config.launcher} needs the hosts: pass --hostfile FILE (one host per line)")
+    hosts, spares = job_hosts(config, hosts)
     nproc = config.nproc_per_node or 1
     main_address = config.master_addr or hosts[0]
     port = config.master_port or port_from_job_id(job_id or (cluster.job_id if cluster else None))
@@ -301,7 +304,21 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
         ifname=config.ifname,
         env=env,
         commands=head_commands(launcher, job, config.max_restarts),
+        spares=spares,
     )
+
+
+def job_hosts(config: LaunchConfig, hosts: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The hosts a head-node job runs on, and its spares: the first --nnodes of hosts, and the rest."""
+    if config.nnodes is None:
+        return hosts, ()
+    if config.nnodes > len(hosts):
+        source = "Slurm job" if HEAD_LAUNCHERS[config.launcher].in_allocation else "hostfile"
+        raise UserError(
+            f"--nnodes {config.nnodes} is more than the {len(hosts)} hosts of the {source}: lower it, or list more "
+            "hosts"
+        )
+    return hosts[: config.nnodes], hosts[config.nnodes :]
 
 
 def allocation(config: LaunchConfig, environ: Mapping[str, str]) -> tuple[tuple[str, ...], str]:

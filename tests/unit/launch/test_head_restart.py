@@ -28,8 +28,8 @@ from zerokit.launch.command import Command
 from zerokit.launch.config import parse
 from zerokit.launch.head_restart import (
     NodeFault,
+    next_hosts,
     node_event,
-    remaining,
     restart_config,
     restarting_nodes,
     too_few_line,
@@ -46,11 +46,29 @@ def hostfile(tmp_path: Path, hosts: str = "node1\nnode2\nnode3\n") -> str:
     return str(path)
 
 
-def test_a_restart_runs_on_the_hostfile_minus_the_hosts_left_out_in_its_order():
+def test_a_restart_runs_on_the_hosts_that_answer_a_spare_in_the_place_of_each_host_left_out(tmp_path):
     hosts = ("node1", "node2", "node3", "node4")
-    assert remaining(hosts, {"node3": REFUSED}) == ("node1", "node2", "node4")
-    assert remaining(hosts, {"node1": REFUSED, "node4": REFUSED}) == ("node2", "node3")
-    assert remaining(hosts, {}) == hosts
+    job = replace(make_plan(["--launcher", "pdsh", "--hostfile", hostfile(tmp_path), "train"], {}), hosts=hosts)
+    assert next_hosts(job, {"node3": REFUSED}) == (("node1", "node2", "node4"), ())
+    assert next_hosts(job, {"node1": REFUSED, "node4": REFUSED}) == (("node2", "node3"), ())
+    assert next_hosts(job, {}) == (hosts, ())
+    spared = replace(job, hosts=hosts[:2], spares=hosts[2:])  # --nnodes 2
+    assert next_hosts(spared, {"node1": REFUSED}) == (("node2", "node3"), ("node4",))
+    assert next_hosts(spared, {"node2": REFUSED, "node3": REFUSED}) == (("node1", "node4"), ())
+    assert next_hosts(spared, {"node3": REFUSED}) == (("node1", "node2"), ("node4",))  # a dead spare is dropped
+    assert next_hosts(spared, {h: REFUSED for h in hosts[1:]}) == (("node1",), ())  # no spare left: it shrinks
+
+
+def test_nnodes_runs_the_job_on_the_first_hosts_and_keeps_the_others_spare(tmp_path):
+    hosts = hostfile(tmp_path)
+    p = make_plan(["--launcher", "pdsh", "--hostfile", hosts, "--nnodes", "2", "--max-restarts", "1", "train"], {})
+    assert (p.hosts, p.spares, p.world_size, [c.host for c in p.commands]) == (
+        ("node1", "node2"), ("node3",), 2, ["node1", "node2"])  # fmt: skip
+    assert "--hosts node1,node2 " in p.commands[0].argv[-1]
+    with pytest.raises(UserError, match="--nnodes 4 is more than the 3 hosts of the hostfile: lower it"):
+        make_plan(["--launcher", "pdsh", "--hostfile", hosts, "--nnodes", "4", "train"], {})
+    with pytest.raises(UserError, match="--nnodes 2 picks the hosts of a head-node launch: add --launcher"):
+        make_plan(["--nproc-per-node", "2", "train"], {"ZEROKIT_NNODES": "2"})
 
 
 def test_too_few_nodes_is_one_line_naming_the_count_and_the_cause():
@@ -71,8 +89,10 @@ def test_a_node_fault_is_logged_with_its_nodes_cause_restart_and_the_hosts_it_ra
         "max_restarts": 2,
         "resumes_from": "runs/x/checkpoint-2",
         "hosts": ["node1", "node2"],
+        "spares_joined": [],
     }
     assert node_event(fault, None, 2, None, ("node1", "node2"))["hosts"] is None  # not restarted
+    assert node_event(fault, 1, 2, None, ("node1", "node4"), ["node4"])["spares_joined"] == ["node4"]
     # Ranks killed on a node that still answers: named, and nothing left out.
     assert NodeFault(("node2",), {}, 137, "pdsh to node2 exited with 137").nodes == ("node2",)
 
@@ -109,8 +129,8 @@ def test_min_nodes_and_restarts_are_refused_where_they_cannot_act(tmp_path, argv
 
 def test_a_restart_resumes_train_on_the_hosts_left_and_checks_them_again(tmp_path):
     argv = ["--launcher", "pdsh", "--hostfile", hostfile(tmp_path), "--check", "train", "--gradient_accumulation_steps"]
-    again = restart_config(parse([*argv, "2"], {}, PY), ("node1", "node2"))
-    assert again.hosts_from_file == ("node1", "node2")
+    again = restart_config(parse([*argv, "2"], {}, PY), ("node1", "node2"), ("node4",), 3)
+    assert again.hosts_from_file == ("node1", "node2", "node4")  # the spare stays behind the job's hosts
     assert again.target == (PY, "-m", "zerokit", "train", "--gradient_accumulation_steps", "3", "--resume", "auto")
     assert again.check.target == again.target
 
@@ -145,14 +165,14 @@ def fake_ssh(tmp_path: Path, monkeypatch, silent: str) -> None:
     monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
 
 
-def head_job(tmp_path: Path, node3: str, *flags: str):
-    """A pdsh job of 3 hosts whose pdsh runs `node3` on node3 and waits to be stopped on the others; and the
-    replan, which records the hosts and log each restart got and runs `true` on each host."""
+def head_job(tmp_path: Path, node3: str, *flags: str, failing: str = "node3"):
+    """A pdsh job of 3 hosts whose pdsh runs `node3` on the failing host and waits to be stopped on the others;
+    and the replan, which records the hosts and log each restart got and runs `true` on each host."""
     out = tmp_path / "out"
     argv = ["--launcher", "pdsh", "--hostfile", hostfile(tmp_path), "--max-restarts", "1", *flags]
     config = parse([*argv, "--", "sh", "-c", "x", "sh", "--output_dir", str(out)], {}, PY)
     first = make_plan([*argv, "--", "python", "x.py"], {})
-    commands = tuple(Command(("pdsh", node3 if c.host == "node3" else "sleep 30"), {}, c.host) for c in first.commands)
+    commands = tuple(Command(("pdsh", node3 if c.host == failing else "sleep 30"), {}, c.host) for c in first.commands)
     replans: list[tuple[tuple[str, ...], str]] = []
 
     def replan(again, environ):
@@ -182,6 +202,20 @@ def test_a_node_that_died_is_left_out_and_the_job_restarts_on_the_others(tmp_pat
     ) in err
 
 
+def test_a_spare_named_in_advance_takes_the_place_of_a_node_that_died(tmp_path, monkeypatch, capsys):
+    """--nnodes 2 of 3 hosts: node2 dies, node3 (the spare) joins; the job keeps its 2 nodes."""
+    monkeypatch.chdir(tmp_path)
+    fake_ssh(tmp_path, monkeypatch, "node2")
+    first, config, replan, replans = head_job(tmp_path, "exit 255", "--nnodes", "2", failing="node2")
+    assert restarting_nodes(first, config, replan, {}) == 0
+    assert [hosts for hosts, _ in replans] == [("node1", "node3")]
+    (event,) = json.loads((tmp_path / "out.launch-restarts.json").read_text())["events"]
+    assert (event["left_out"], event["hosts"], event["spares_joined"]) == (["node2"], ["node1", "node3"], ["node3"])
+    assert ": a machine fault; node2 left out, spare node3 in its place; restart 1 of 1 on 2 node(s) (node1,node3)" in (
+        capsys.readouterr().err
+    )
+
+
 def test_below_min_nodes_the_job_ends_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     fake_ssh(tmp_path, monkeypatch, "node3")
@@ -206,6 +240,18 @@ def test_ranks_killed_on_a_node_that_answers_restart_on_every_host(tmp_path, mon
     assert (
         "launch: pdsh to node3 exited with 137: a machine fault; restart 1 of 1 on 3 node(s)" in capsys.readouterr().err
     )
+
+
+def test_a_node_failing_again_after_the_last_restart_ends_the_job_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    fake_ssh(tmp_path, monkeypatch, "")
+    first, config, _, _ = head_job(tmp_path, "exit 137")
+    assert restarting_nodes(first, config, lambda again, environ: first, {}) == 137  # node3's ranks die again
+    events = json.loads((tmp_path / "out.launch-restarts.json").read_text())["events"]
+    assert [event["restart"] for event in events] == [1, None]
+    assert (
+        "launch: node3 failed again (pdsh to node3 exited with 137); restarts exhausted (1 of 1): no final model in "
+    ) in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("node3", ["exit 1", "exit 2"])
