@@ -1,6 +1,6 @@
 """launch --max-restarts on one node: a rank of a 2-rank ZeRO-2 train SIGKILLed after its first checkpoint; the
 job restarts from that checkpoint (train with --resume auto) and finishes: exit 0, the model written, the run
-record naming the fault and the restart, and the steps after it continuing from the checkpoint."""
+record naming the fault, the restart and what it cost, and the steps after it continuing from the checkpoint."""
 
 from __future__ import annotations
 
@@ -71,6 +71,10 @@ def test_a_rank_killed_after_a_checkpoint_is_restarted_from_it_and_the_run_finis
     assert event["resumes_from"] == str(output / resumed.name)
     step = record["resumed_from"][0]["step"]
     assert step % 4 == 0 and step < STEPS
+    # What the fault cost: the steps past the checkpoint trained again (at most the save interval), and the time
+    # from the last step before it to the first after it.
+    assert event["steps_lost"] == event["reached_step"] - step and 0 <= event["steps_lost"] <= 4, event
+    assert 0 < event["seconds_to_first_step"] < 120, event
     history = json.loads((output / "trainer_state.json").read_text())["log_history"]
     assert [e["step"] for e in history if "loss" in e] == list(range(1, STEPS + 1))  # the checkpoint's, then on
     first_after = (output / f"checkpoint-{step + 4}").stat().st_mtime if step + 4 < STEPS else None

@@ -8,7 +8,8 @@ checkpoints it came from: the checkpoint it resumed, then that checkpoint's own 
 accumulation, data-parallel ranks, global) is what a resume on another number of ranks keeps. A run that
 `launch --max-restarts` restarted after a machine fault lists the faults and restarts of that launch so far
 ("restarts": when, node, rank, cause, exit status, restart number, the checkpoint resumed from), read from the
-log launch names to it (zerokit.foundations.restart_log).
+log launch names to it (zerokit.foundations.restart_log), with what each fault cost: the steps lost and the
+seconds to the first step after it (zerokit.train.callbacks.fault_cost).
 
 The file is written after the output folder is claimed (zerokit.outputs.ownership), so the folder's record
 counts it as this run's: `--overwrite` removes it with the rest of the run's files.
@@ -22,6 +23,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -41,6 +43,7 @@ from zerokit.image.provenance import (
     start_environment,
 )
 from zerokit.outputs.checkpoints import PREFIX, SIZES_NAME
+from zerokit.train.callbacks.fault_cost import ProgressNote, read_progress, with_first_step, with_lost_steps
 from zerokit.train.global_batch import GlobalBatch
 from zerokit.train.options import TrainFlags
 
@@ -127,10 +130,16 @@ class RunRecorder(TrainerCallback):
         self.environ = start_environment(environ)
         self.record: dict = {}
         self._start = (options.config, options.ds_config, resume)
+        self.progress = ProgressNote(self.output_dir)
+        self.stepped = False  # this run's first step has ended
 
     def on_init_end(self, args, state, control, **kwargs):
         if self.rank == 0:
             config_name, config_file, resume = self._start
+            before = (read_record(self.output_dir) or {}).get("restarts") or []  # the stopped run's, before ours
+            restarts = with_lost_steps(
+                inherited_events(self.environ), before, read_progress(self.output_dir), resume and _step(resume)
+            )
             self.record = {
                 "format": FORMAT,
                 "command": "train",
@@ -144,7 +153,7 @@ class RunRecorder(TrainerCallback):
                 "batch": self.batch(args),
                 "deepspeed": deepspeed_section(config_name, config_file, args.deepspeed),
                 "resumed_from": resume_chain(resume),
-                "restarts": inherited_events(self.environ),
+                "restarts": restarts,
             }
             write_record(self.output_dir / RECORD_NAME, self.record)
         return control
@@ -165,8 +174,21 @@ class RunRecorder(TrainerCallback):
             write_record(self.output_dir / RECORD_NAME, self.record)
         return control
 
+    def on_step_end(self, args, state, control, **kwargs):
+        """The step reached, noted (for a restart's count of the steps lost); after a fault, the seconds to this
+        run's first step."""
+        if self.rank == 0 and self.record:
+            self.progress.step(state.global_step)
+            if not self.stepped:
+                self.stepped = True
+                if with_first_step(self.record["restarts"], datetime.now(UTC)):
+                    write_record(self.output_dir / RECORD_NAME, self.record)
+        return control
+
     def on_save(self, args, state, control, **kwargs):
         checkpoint = Path(args.output_dir) / f"{PREFIX}-{state.global_step}"
+        if self.rank == 0:
+            self.progress.step(state.global_step, saved=True)
         if self.rank == 0 and checkpoint.is_dir():
             record = {**self.record, "checkpoint": {"step": state.global_step, "saved_at": now()}}
             write_record(checkpoint / RECORD_NAME, record)
