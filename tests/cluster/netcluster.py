@@ -572,6 +572,23 @@ def start_again(cluster: Cluster, name: str, daemons: tuple[str, ...] = ("sshd",
         _wait_for(lambda d=started: READY[d.name] in d.log.read_text(), timeout, cluster, f"{daemon} serving on {name}")
 
 
+def cut_off(cluster: Cluster, name: str) -> None:
+    """Cut node NAME off the network, as a pulled cable: its veth's end on the bridge goes down. The node's own
+    eth0 stays up and its processes live on; what they send is lost, and nothing reaches them (`reconnect`)."""
+    _link(cluster, name, "down")
+
+
+def reconnect(cluster: Cluster, name: str) -> None:
+    """Plug node NAME's cable back in after cut_off: its veth's end on the bridge comes up again."""
+    _link(cluster, name, "up")
+
+
+def _link(cluster: Cluster, name: str, state: str) -> None:
+    """Set the bridge side of node NAME's veth (veth1 for node1, ..., as _make_network named them) up or down."""
+    index = cluster.nodes.index(cluster.node(name)) + 1
+    _ip("-n", cluster.bridge_netns, "link", "set", f"veth{index}", state)
+
+
 # ---- teardown helpers -----------------------------------------------------------------------------------
 
 

@@ -1,0 +1,135 @@
+"""A node cut off from the network mid-run, on a 3-node namespace cluster of its own per test: its link goes down
+(a pulled cable: the node and its processes live on, nothing reaches them). Under Slurm the job restarts on the
+other two nodes; under pdsh with a spare named in advance (--nnodes 2 of 3 hosts) on the other node and the
+spare. Each finishes.
+
+Unlike a node that died (test_launch_cluster.py), nothing ends on its own here: the other nodes' ranks hang in
+their gloo collectives with the cut node's rank (gloo's own timeout is 30 minutes), and it is launch's stall
+watch that ends them; srun cannot reach the cut node's step to stop it, and Slurm does not yet count the node
+as not responding, so it is the probe's step of `true`, unanswered, that leaves the node out.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from tests.cluster.netcluster import Cluster, cut_off, reconnect
+from tests.cluster.test_launch_cluster import (
+    cpu_job_script,
+    finished_job_code,
+    node_env,
+    timed_file_lines,
+    timed_lines,
+)
+from zerokit.outputs.checkpoints import newest_complete_checkpoint
+
+STALL_TIMEOUT = "15"  # seconds without progress on a node's ranks before its launch ends them
+
+
+def test_a_node_cut_off_from_a_slurm_job_is_left_out_and_the_job_restarts_on_the_others(fresh_cluster3: Cluster):
+    """scripts/slurm/train-restart.sbatch (sbatch --no-kill) on 3 nodes x 1 rank, ZeRO-2, --max-restarts 1, a
+    stall timeout of 15 s. Once the first checkpoint is whole, node3's link goes down. node1's and node2's ranks
+    wait in their collectives with node3's until the stall watch of their node's launch ends them; launch stops
+    the steps (node3's unreachable: its srun is killed after the 5 s grace), finds node3 out (its step of `true`
+    gets no answer) and starts a step on node1 and on node2 from that checkpoint (2 ranks where 3 wrote it: 4
+    per rank x 3 accumulation steps keeps the global batch of 24); the job ends 0, and the run's record names
+    the fault. node3's link comes back once the restart is under way, for the job's end: slurmctld needs node3
+    back to complete the job (a job that ends with node3 still cut off stays COMPLETING on it, until node3
+    answers again or is counted DOWN after SlurmdTimeout, 300 s)."""
+    cluster = fresh_cluster3
+    tmp = cluster.shared_dir / "slurm-node-cut-off"
+    tmp.mkdir()
+    output = tmp / "run"
+    args = (f"--config zero2 --output-dir {output} --resume auto --save_strategy steps --save_steps 2 --max_steps 8 "
+            "--logging_steps 1 --per_device_train_batch_size 4 --gradient_accumulation_steps 2")  # fmt: skip
+    env = node_env(tmp, CONTAINER="none", TRAIN_ARGS=args, RANKS_PER_NODE="1", MAX_RESTARTS="1",
+                   ZEROKIT_STOP_GRACE="5", ZEROKIT_STALL_TIMEOUT=STALL_TIMEOUT)  # fmt: skip
+    script = cpu_job_script("scripts/slurm/train-restart.sbatch", tmp)
+    submitted = cluster.run("node1", ["sbatch", "--parsable", "--cpus-per-task=1", "--time=10", str(script)],
+                            env=env, cwd=tmp)  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    lines, stop_reading = timed_file_lines(tmp, "zerokit-*.*")
+    cut_at = restarted = None
+    try:
+        deadline = time.monotonic() + 300
+        while newest_complete_checkpoint(output) is None:
+            assert time.monotonic() < deadline, "no checkpoint within 5 minutes:\n" + "".join(t for _, t in lines)
+            time.sleep(0.2)
+        cut_at = time.monotonic()
+        cut_off(cluster, "node3")
+        while restarted is None and time.monotonic() < cut_at + 120:
+            restarted = next((t for t, line in lines if "a machine fault; node3 left out" in line), None)
+            time.sleep(0.2)
+    except BaseException:
+        cluster.run("node1", ["scancel", job_id])
+        raise
+    finally:
+        if cut_at is not None:  # node3's cable back in, for the job's end
+            reconnect(cluster, "node3")
+    reconnected = time.monotonic()
+    code = finished_job_code(cluster, job_id, timeout=300)
+    ended = time.monotonic()
+    stop_reading()
+    log = "".join(line for _, line in lines)
+    assert code == 0 and restarted is not None, log[-6000:]
+    assert ": a machine fault; node3 left out; restart 1 of 1 on 2 node(s) (node1,node2), from " in log, log[-6000:]
+    assert "node3 does not answer (" in log, log[-6000:]
+    assert (output / "model.safetensors").is_file()
+    (event,) = json.loads((output / "zerokit-run.json").read_text())["restarts"]
+    assert (event["left_out"], event["hosts"], event["restart"]) == (["node3"], ["node1", "node2"], 1)
+    step = next(t for t, line in lines if t > restarted and "'loss'" in line)
+    print(f"node cut off: restart {restarted - cut_at:.1f} s, first step {step - cut_at:.1f} s after the cut; "
+          f"the job ended {ended - reconnected:.1f} s after node3 was reconnected")  # fmt: skip
+    print("".join(line for _, line in lines if line.startswith("launch: ") and "rank " not in line[:14]))
+
+
+def test_a_node_cut_off_from_a_pdsh_job_is_replaced_by_the_spare(fresh_cluster3: Cluster):
+    """pdsh from node1, `--nnodes 2` of 3 hosts (node3 the spare), 1 rank each, ZeRO-3, --max-restarts 1: once the
+    first checkpoint is whole, node2's link goes down (a cable pulled: its processes live on). node1's rank waits
+    for node2's in a collective until the stall watch (15 s, as above) ends it; the head stops node2's pdsh, finds
+    node2 silent and node3 answering, and starts the job again on node1 and node3 from that checkpoint: 2 ranks as
+    before, so it resumes without conversion and with the accumulation it had. The run finishes; its record names
+    the spare that joined."""
+    cluster = fresh_cluster3
+    tmp = cluster.shared_dir / "pdsh-node-cut"
+    tmp.mkdir()
+    (tmp / "hosts").write_text("node1\nnode2\nnode3\n")
+    output = tmp / "run"
+    argv = ["launch", "--launcher", "pdsh", "--hostfile", str(tmp / "hosts"), "--nnodes", "2", "--nproc-per-node",
+            "1", "--max-restarts", "1", "--stop-grace", "5", "--stall-timeout", STALL_TIMEOUT, "--", "train",
+            "--config", "zero3", "--output-dir", str(output), "--resume", "auto", "--save_strategy", "steps",
+            "--save_steps", "2", "--max_steps", "8", "--logging_steps", "1", "--per_device_train_batch_size", "4",
+            "--gradient_accumulation_steps", "2"]  # fmt: skip
+    job = cluster.popen("node1", argv, env=node_env(tmp), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines, reader = timed_lines(job)
+    cut_at = None
+    try:
+        deadline = time.monotonic() + 300
+        while newest_complete_checkpoint(output) is None:
+            assert job.poll() is None, "".join(line for _, line in lines)[-4000:]
+            assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
+            time.sleep(0.2)
+        cut_at = time.monotonic()
+        cut_off(cluster, "node2")
+        code = job.wait(timeout=300)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        if cut_at is not None:
+            reconnect(cluster, "node2")
+    reader.join(timeout=30)
+    log = "".join(line for _, line in lines)
+    assert code == 0, log[-6000:]
+    restart = ": a machine fault; node2 left out, spare node3 in its place; restart 1 of 1 on 2 node(s) (node1,node3)"
+    assert restart in log, log[-6000:]
+    assert "node2 does not answer (" in log and "converting" not in log
+    assert (output / "model.safetensors").is_file()
+    (event,) = json.loads((output / "zerokit-run.json").read_text())["restarts"]
+    assert (event["left_out"], event["hosts"], event["spares_joined"]) == (["node2"], ["node1", "node3"], ["node3"])
+    assert 0 <= event["steps_lost"] <= 2, event  # at most the save interval
+    restarted = next(t for t, line in lines if restart in line)
+    step = next(t for t, line in lines if t > restarted and "'loss'" in line)
+    print(f"node cut off: restart {restarted - cut_at:.1f} s, first step {step - cut_at:.1f} s after the cut")
