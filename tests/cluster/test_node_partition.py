@@ -4,9 +4,10 @@ other two nodes; under pdsh with a spare named in advance (--nnodes 2 of 3 hosts
 spare. Each finishes.
 
 Unlike a node that died (test_launch_cluster.py), nothing ends on its own here: the other nodes' ranks hang in
-their gloo collectives with the cut node's rank (gloo's own timeout is 30 minutes), and it is launch's stall
-watch that ends them; srun cannot reach the cut node's step to stop it, and Slurm does not yet count the node
-as not responding, so it is the probe's step of `true`, unanswered, that leaves the node out.
+their gloo collectives with the cut node's rank (gloo's own timeout is 30 minutes), ssh's keepalives would take
+30 s, and srun learns nothing until slurmctld counts the node down (SlurmdTimeout, 300 s). It is the heartbeats
+of the nodes' launches to the head's (launch --node-timeout, 10 s here) that find the node lost; the probe, which
+the cut node does not answer, leaves it out.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ from tests.cluster.test_launch_cluster import (
 )
 from zerokit.outputs.checkpoints import newest_complete_checkpoint
 
-STALL_TIMEOUT = "15"  # seconds without progress on a node's ranks before its launch ends them
+NODE_TIMEOUT = "10"  # seconds without a node's heartbeat before the head counts it lost (launch --node-timeout)
 
 
 def test_a_node_cut_off_from_a_slurm_job_is_left_out_and_the_job_restarts_on_the_others(fresh_cluster3: Cluster):
-    """scripts/slurm/train-restart.sbatch (sbatch --no-kill) on 3 nodes x 1 rank, ZeRO-2, --max-restarts 1, a
-    stall timeout of 15 s. Once the first checkpoint is whole, node3's link goes down. node1's and node2's ranks
-    wait in their collectives with node3's until the stall watch of their node's launch ends them; launch stops
-    the steps (node3's unreachable: its srun is killed after the 5 s grace), finds node3 out (its step of `true`
+    """scripts/slurm/train-restart.sbatch (sbatch --no-kill) on 3 nodes x 1 rank, ZeRO-2, --max-restarts 1,
+    ZEROKIT_NODE_TIMEOUT=10. Once the first checkpoint is whole, node3's link goes down. node1's and node2's ranks
+    wait in their collectives with node3's; 10 s after node3's last heartbeat the head ends node3's srun and stops
+    the other steps, finds node3 out (its step of `true`
     gets no answer) and starts a step on node1 and on node2 from that checkpoint (2 ranks where 3 wrote it: 4
     per rank x 3 accumulation steps keeps the global batch of 24); the job ends 0, and the run's record names
     the fault. node3's link comes back once the restart is under way, for the job's end: slurmctld needs node3
@@ -45,7 +46,7 @@ def test_a_node_cut_off_from_a_slurm_job_is_left_out_and_the_job_restarts_on_the
     args = (f"--config zero2 --output-dir {output} --resume auto --save_strategy steps --save_steps 2 --max_steps 8 "
             "--logging_steps 1 --per_device_train_batch_size 4 --gradient_accumulation_steps 2")  # fmt: skip
     env = node_env(tmp, CONTAINER="none", TRAIN_ARGS=args, RANKS_PER_NODE="1", MAX_RESTARTS="1",
-                   ZEROKIT_STOP_GRACE="5", ZEROKIT_STALL_TIMEOUT=STALL_TIMEOUT)  # fmt: skip
+                   ZEROKIT_STOP_GRACE="5", ZEROKIT_NODE_TIMEOUT=NODE_TIMEOUT)  # fmt: skip
     script = cpu_job_script("scripts/slurm/train-restart.sbatch", tmp)
     submitted = cluster.run("node1", ["sbatch", "--parsable", "--cpus-per-task=1", "--time=10", str(script)],
                             env=env, cwd=tmp)  # fmt: skip
@@ -76,7 +77,7 @@ def test_a_node_cut_off_from_a_slurm_job_is_left_out_and_the_job_restarts_on_the
     log = "".join(line for _, line in lines)
     assert code == 0 and restarted is not None, log[-6000:]
     assert ": a machine fault; node3 left out; restart 1 of 1 on 2 node(s) (node1,node2), from " in log, log[-6000:]
-    assert "node3 does not answer (" in log, log[-6000:]
+    assert "node3 does not answer (" in log and "launch: node3 sent no heartbeat for 1" in log, log[-6000:]
     assert (output / "model.safetensors").is_file()
     (event,) = json.loads((output / "zerokit-run.json").read_text())["restarts"]
     assert (event["left_out"], event["hosts"], event["restart"]) == (["node3"], ["node1", "node2"], 1)
@@ -89,8 +90,8 @@ def test_a_node_cut_off_from_a_slurm_job_is_left_out_and_the_job_restarts_on_the
 def test_a_node_cut_off_from_a_pdsh_job_is_replaced_by_the_spare(fresh_cluster3: Cluster):
     """pdsh from node1, `--nnodes 2` of 3 hosts (node3 the spare), 1 rank each, ZeRO-3, --max-restarts 1: once the
     first checkpoint is whole, node2's link goes down (a cable pulled: its processes live on). node1's rank waits
-    for node2's in a collective until the stall watch (15 s, as above) ends it; the head stops node2's pdsh, finds
-    node2 silent and node3 answering, and starts the job again on node1 and node3 from that checkpoint: 2 ranks as
+    for node2's in a collective; 10 s after node2's last heartbeat the head ends node2's pdsh and stops node1's,
+    finds node2 silent and node3 answering, and starts the job again on node1 and node3 from that checkpoint: 2 ranks as
     before, so it resumes without conversion and with the accumulation it had. The run finishes; its record names
     the spare that joined."""
     cluster = fresh_cluster3
@@ -99,7 +100,7 @@ def test_a_node_cut_off_from_a_pdsh_job_is_replaced_by_the_spare(fresh_cluster3:
     (tmp / "hosts").write_text("node1\nnode2\nnode3\n")
     output = tmp / "run"
     argv = ["launch", "--launcher", "pdsh", "--hostfile", str(tmp / "hosts"), "--nnodes", "2", "--nproc-per-node",
-            "1", "--max-restarts", "1", "--stop-grace", "5", "--stall-timeout", STALL_TIMEOUT, "--", "train",
+            "1", "--max-restarts", "1", "--stop-grace", "5", "--node-timeout", NODE_TIMEOUT, "--", "train",
             "--config", "zero3", "--output-dir", str(output), "--resume", "auto", "--save_strategy", "steps",
             "--save_steps", "2", "--max_steps", "8", "--logging_steps", "1", "--per_device_train_batch_size", "4",
             "--gradient_accumulation_steps", "2"]  # fmt: skip
@@ -126,6 +127,7 @@ def test_a_node_cut_off_from_a_pdsh_job_is_replaced_by_the_spare(fresh_cluster3:
     restart = ": a machine fault; node2 left out, spare node3 in its place; restart 1 of 1 on 2 node(s) (node1,node3)"
     assert restart in log, log[-6000:]
     assert "node2 does not answer (" in log and "converting" not in log
+    assert "launch: node2 sent no heartbeat for 1" in log
     assert (output / "model.safetensors").is_file()
     (event,) = json.loads((output / "zerokit-run.json").read_text())["restarts"]
     assert (event["left_out"], event["hosts"], event["spares_joined"]) == (["node2"], ["node1", "node3"], ["node3"])

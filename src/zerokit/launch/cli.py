@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from zerokit.cluster.base import ClusterEnvironment
@@ -18,6 +19,7 @@ from zerokit.cluster.nic import interface_to
 from zerokit.foundations import startup_marks
 from zerokit.image.ds_install import read_prebuilt
 from zerokit.image.provenance import redacted_argv
+from zerokit.launch import heartbeat
 from zerokit.launch.config import LaunchConfig, parse
 from zerokit.launch.execute import execute
 from zerokit.launch.head_restart import Replan, restarting_nodes
@@ -68,7 +70,12 @@ def run(config: LaunchConfig) -> int:
     cluster = launch_environment(os.environ, config.scheduler)
     if cluster is None:
         refuse_hidden_job(os.environ)
-    the_plan = plan(config, cluster, os.environ, os.cpu_count() or 1, interface_to, free_port)
+    environ: Mapping[str, str] = os.environ
+    the_plan = plan(config, cluster, environ, os.cpu_count() or 1, interface_to, free_port)
+    watch = heartbeat_watch(config, the_plan)
+    if watch is not None:  # the nodes' launches are told where to send their heartbeats
+        environ = {**os.environ, heartbeat.VARIABLE: watch.address}
+        the_plan = plan(config, cluster, environ, os.cpu_count() or 1, interface_to, free_port)
     for note in the_plan.notes:
         print(f"launch: {note}", file=sys.stderr)
     if config.print_command:
@@ -93,9 +100,21 @@ def run(config: LaunchConfig) -> int:
     startup_marks.pass_on(os.environ, "launch ")  # for bench's start-up breakdown (StepClock)
     if config.stop_when_stdin_closes:
         stop_when_stdin_closes()
+    if config.node_host and heartbeat.VARIABLE in os.environ:  # a node of a head-node launch that watches
+        heartbeat.send_heartbeats(os.environ[heartbeat.VARIABLE], config.node_host)
     if the_plan.mode == "remote" and config.max_restarts:
-        return restarting_nodes(the_plan, config, replanner(cluster), os.environ)
+        return restarting_nodes(the_plan, config, replanner(cluster), environ, watch)
     return execute(the_plan, config.stop_grace, config.stall_timeout, config.max_restarts)
+
+
+def heartbeat_watch(config: LaunchConfig, the_plan: Plan) -> heartbeat.HeartbeatWatch | None:
+    """The head's watch of its nodes' heartbeats: with restarts, where each host has a command of its own."""
+    per_host = len(the_plan.commands) > 1 or any(command.host for command in the_plan.commands)
+    if the_plan.mode != "remote" or not config.max_restarts or not config.node_timeout or not per_host:
+        return None
+    if config.dry_run or config.print_command:
+        return None
+    return heartbeat.HeartbeatWatch(the_plan.hosts)
 
 
 def replanner(cluster: ClusterEnvironment | None) -> Replan:

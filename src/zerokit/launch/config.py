@@ -17,6 +17,7 @@ from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.foundations.values import count, factor, none_or_more, seconds, seconds_or_zero, tcp_port
 from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckConfig
 from zerokit.launch.head import HEAD_LAUNCHERS
+from zerokit.launch.heartbeat import DEFAULT_NODE_TIMEOUT
 from zerokit.launch.nccl_plugin import NcclPlugin, nccl_plugin
 from zerokit.launch.program import user_script_argv
 from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
@@ -136,6 +137,15 @@ class LaunchFlags:
         help="with --launcher pdsh/mpirun/srun and --max-restarts: restart only while at least M nodes of the job "
         "answer; with fewer, end the job in one line (default 1)",
     )
+    node_timeout: float = flag(
+        "--node-timeout",
+        metavar="SECONDS",
+        default=DEFAULT_NODE_TIMEOUT,
+        check=seconds_or_zero,
+        help="with --launcher pdsh/srun and --max-restarts: each node's launch sends the head's a heartbeat every "
+        "second; a node silent for SECONDS (cut off, hung) is counted lost and the job restarts without it "
+        f"(default {DEFAULT_NODE_TIMEOUT:g}; 0: off)",
+    )
     check: bool = flag(
         "--check",
         default=False,
@@ -234,6 +244,7 @@ class LaunchConfig:
     stall_timeout: float = DEFAULT_STALL_TIMEOUT  # seconds without progress on any rank that end the job; 0: off
     max_restarts: int = 0  # restarts after a machine fault (zerokit.launch.restart, zerokit.launch.head_restart)
     min_nodes: int = 1  # the fewest answering nodes a head-node launch restarts on
+    node_timeout: float = DEFAULT_NODE_TIMEOUT  # seconds without a node's heartbeat that count it lost; 0: off
     stop_when_stdin_closes: bool = False  # a node of a head-node pdsh launch: stdin is the head's connection
     check: CheckConfig | None = None  # --check/--check-only: every rank runs the health check first
     strict_ops: bool = False  # refuse, not warn, when the job needs a DeepSpeed op that is not prebuilt
@@ -339,6 +350,7 @@ def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
         stall_timeout=flags.stall_timeout,
         max_restarts=flags.max_restarts,
         min_nodes=flags.min_nodes,
+        node_timeout=flags.node_timeout,
         stop_when_stdin_closes=flags.stop_when_stdin_closes,
         check=options if flags.check or flags.check_only else None,
         strict_ops=flags.strict_ops,

@@ -36,10 +36,12 @@ from zerokit.foundations import restart_log
 from zerokit.image.provenance import now
 from zerokit.launch.config import LaunchConfig
 from zerokit.launch.execute import resume_point, write_log
+from zerokit.launch.heartbeat import HeartbeatWatch
 from zerokit.launch.plan import Plan
 from zerokit.launch.probe import PROBE_SECONDS, silent_hosts
 from zerokit.launch.restart import is_machine_fault, log_path, rescaled_argv, restart_argv
 from zerokit.launch.supervisor import (
+    Rank,
     Supervisor,
     describe_exit,
     exit_code,
@@ -86,10 +88,18 @@ def node_fault(supervisor: Supervisor, hosts: Sequence[str], code: int, launcher
     if not ended and not silent:
         return None
     named = ended or [rank for rank in (supervisor.failure,) if rank is not None]
-    said = [f"{rank.label} {describe_exit(rank.process.returncode)}" for rank in named]
+    said = [f"{rank.label} {why(supervisor, rank)}" for rank in named]
     said += [f"{host} does not answer ({why})" for host, why in silent.items()]
     failed = tuple(rank.host for rank in ended if rank.host)
     return NodeFault(failed, silent, code, "; ".join(said))
+
+
+def why(supervisor: Supervisor, rank: Rank) -> str:
+    """How a command ended, in words: what the supervisor knows of the first failure (a node counted lost, the
+    OOM killer), else its exit."""
+    if rank is supervisor.failure and supervisor.cause:
+        return supervisor.cause
+    return describe_exit(rank.process.returncode)
 
 
 def next_hosts(the_plan: Plan, left_out: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -145,9 +155,12 @@ def restart_line(fault: NodeFault, restart: int, max_restarts: int, hosts: Seque
     )
 
 
-def restarting_nodes(first: Plan, config: LaunchConfig, replan: Replan, environ: Mapping[str, str]) -> int:
+def restarting_nodes(
+    first: Plan, config: LaunchConfig, replan: Replan, environ: Mapping[str, str], watch: HeartbeatWatch | None = None
+) -> int:
     """Run the head node's commands; after a node fault, while restarts remain and at least --min-nodes hosts
-    answer, again on those, from the run's last whole checkpoint; each fault logged and said in one line."""
+    answer, again on those, from the run's last whole checkpoint; each fault logged and said in one line. With a
+    watch, a node whose heartbeats stop for --node-timeout is a node fault too (zerokit.launch.heartbeat)."""
     argv = config.target
     log = log_path(output_dir(argv), Path.cwd())
     events: list[dict] = []
@@ -157,7 +170,8 @@ def restarting_nodes(first: Plan, config: LaunchConfig, replan: Replan, environ:
     with queued_signals() as received:
         while True:
             restart += 1
-            code, supervisor = supervise(the_plan.commands, config.stop_grace, None, received)
+            lost = (lambda: watch.silent(config.node_timeout)) if watch is not None else None
+            code, supervisor = supervise(the_plan.commands, config.stop_grace, None, received, lost)
             if code == 0 or supervisor.stop_signal is not None or has_final_model(argv):
                 return code
             fault = node_fault(supervisor, (*the_plan.hosts, *the_plan.spares), code, config.launcher)

@@ -48,7 +48,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,8 +202,13 @@ class Supervisor:
         stop_grace: float,
         stall: StallWatch | None = None,
         received: list[int] | None = None,
+        lost_nodes: Callable[[], Mapping[str, float]] | None = None,
     ) -> None:
+        """lost_nodes: the hosts counted lost -> seconds silent (a head's HeartbeatWatch, zerokit.launch.heartbeat);
+        their commands are ended, which then fail as any command killed does."""
         self.ranks = ranks  # filled as they start, once the signal handlers are in place
+        self.lost_nodes = lost_nodes
+        self.lost: dict[str, str] = {}  # host counted lost -> why, in words
         self.stop_grace = stop_grace
         self.stall = stall
         self.stalled: str | None = None  # the line naming the stuck rank(s), once the watch found a stall
@@ -229,6 +234,8 @@ class Supervisor:
                 return self._exit_code()
             if self.stall is not None and self.deadline is None and self.stalled is None:
                 self._check_stall(self.stall)
+            if self.lost_nodes is not None and self.deadline is None:
+                self._end_lost_nodes(self.lost_nodes())
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 self._kill_stragglers()
             if self.agreed_wait is not None and time.monotonic() >= self.agreed_wait and self.deadline is None:
@@ -265,6 +272,14 @@ class Supervisor:
             rank.send(signal.SIGTERM)
         self._arm("SIGTERM")
 
+    def _end_lost_nodes(self, silent: Mapping[str, float]) -> None:
+        """A node whose launch went silent: its command here is killed, so that the job stops and restarts."""
+        for rank in self.ranks:
+            if rank.host in silent and rank.running():
+                self.lost[rank.host] = f"ended: {rank.host} sent no heartbeat for {silent[rank.host]:.0f} s"
+                say(f"{rank.host} sent no heartbeat for {silent[rank.host]:.0f} s: counted lost; ending {rank.label}")
+                rank.kill_group()
+
     def _reap(self) -> None:
         ended = [rank for rank in self.ranks if rank not in self.exited and not rank.running()]
         for rank in sorted(ended, key=lambda r: not is_machine_fault(r.process.returncode)):
@@ -273,7 +288,7 @@ class Supervisor:
             if returncode == 0 or rank.killed or self.failure is not None or self.stalled is not None:
                 continue
             self.failure = rank
-            self.cause = self._oom_cause(rank)
+            self.cause = self.lost.get(rank.host or "") or self._oom_cause(rank)
             others = [other for other in self.ranks if other.running()]
             if others and self.deadline is None and returncode in AGREED_EXIT_CODES:
                 self.agreed_wait = time.monotonic() + AGREED_END_GRACE
@@ -395,12 +410,16 @@ def stop_when_stdin_closes(fd: int = 0) -> None:
 
 
 def supervise(
-    commands: Sequence[Command], stop_grace: float, stall: StallWatch | None, received: list[int]
+    commands: Sequence[Command],
+    stop_grace: float,
+    stall: StallWatch | None,
+    received: list[int],
+    lost_nodes: Callable[[], Mapping[str, float]] | None = None,
 ) -> tuple[int, Supervisor]:
     """Start every command, watch them under a Supervisor until all have ended; the exit code, and the
     Supervisor (what ended them). Signals come queued in `received` (queued_signals)."""
     ranks: list[Rank] = []
-    supervisor = Supervisor(ranks, stop_grace, stall, received)
+    supervisor = Supervisor(ranks, stop_grace, stall, received, lost_nodes)
     try:
         for command in commands:
             try:
