@@ -247,22 +247,12 @@ def test_a_dead_node_is_left_out_and_the_job_restarts_on_the_others(cluster3: Cl
     A node cut off instead (its link down), with a spare taking its place: test_node_partition.py."""
     tmp = cluster3.shared_dir / f"node-fault-{time.monotonic_ns()}"
     tmp.mkdir()
-    (tmp / "hosts").write_text("node1\nnode2\nnode3\n")
-    output = tmp / "run"
-    argv = ["launch", "--launcher", "pdsh", "--hostfile", str(tmp / "hosts"), "--nproc-per-node", "1",
-            "--max-restarts", "1", "--stop-grace", "5", "--", "train", "--config", "zero2", "--output-dir",
-            str(output), "--resume", "auto", "--save_strategy", "steps", "--save_steps", "2", "--max_steps", "8",
-            "--logging_steps", "1", "--per_device_train_batch_size", "4",
-            "--gradient_accumulation_steps", "2"]  # fmt: skip
+    argv, output = pdsh_restart_argv(tmp, "zero2")
     job = cluster3.popen("node1", argv, env=node_env(tmp), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     lines, reader = timed_lines(job)
     failed_at = None
     try:
-        deadline = time.monotonic() + 300
-        while newest_complete_checkpoint(output) is None:
-            assert job.poll() is None, "".join(line for _, line in lines)[-4000:]
-            assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
-            time.sleep(0.2)
+        wait_for_checkpoint(output, lines, job)
         failed_at = time.monotonic()
         killed = kill_node(cluster3, "node3")
         assert any("zerokit train" in line for line in killed), killed
@@ -331,29 +321,14 @@ def test_a_dead_node_of_a_slurm_job_is_left_out_and_the_job_restarts_on_the_othe
     node back from a reboot, for the job's end and the tests after."""
     tmp = cluster3.shared_dir / f"slurm-node-fault-{time.monotonic_ns()}"
     tmp.mkdir()
-    output = tmp / "run"
-    args = (f"--config zero3 --output-dir {output} --resume auto --save_strategy steps --save_steps 2 --max_steps 8 "
-            "--logging_steps 1 --per_device_train_batch_size 4 --gradient_accumulation_steps 2")  # fmt: skip
-    env = node_env(tmp, CONTAINER="none", TRAIN_ARGS=args, RANKS_PER_NODE="1", MAX_RESTARTS="1",
-                   ZEROKIT_STOP_GRACE="5")  # fmt: skip
-    script = cpu_job_script("scripts/slurm/train-restart.sbatch", tmp)
-    submitted = cluster3.run("node1", ["sbatch", "--parsable", "--cpus-per-task=1", "--time=10", str(script)],
-                             env=env, cwd=tmp)  # fmt: skip
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip().split(";")[0]
-    lines, stop_reading = timed_file_lines(tmp, "zerokit-*.*")
+    job_id, output, lines, stop_reading = submit_restart_job(cluster3, tmp, "zero3")
     failed_at = restarted = None
     try:
-        deadline = time.monotonic() + 300
-        while newest_complete_checkpoint(output) is None:
-            assert time.monotonic() < deadline, "no checkpoint within 5 minutes:\n" + "".join(t for _, t in lines)
-            time.sleep(0.2)
+        wait_for_checkpoint(output, lines)
         failed_at = time.monotonic()
         killed = kill_node(cluster3, "node3", ("sshd", "slurmd"))
         assert any("zerokit train" in line for line in killed), killed
-        while restarted is None and time.monotonic() < failed_at + 120:
-            restarted = next((t for t, line in lines if "a machine fault; node3 left out" in line), None)
-            time.sleep(0.2)
+        restarted = line_seen(lines, "a machine fault; node3 left out", failed_at + 120)
     except BaseException:
         cluster3.run("node1", ["scancel", job_id])
         raise
@@ -373,6 +348,57 @@ def test_a_dead_node_of_a_slurm_job_is_left_out_and_the_job_restarts_on_the_othe
     step = next(t for t, line in lines if t > restarted and "'loss'" in line)
     print(f"node killed: restart {restarted - failed_at:.1f} s, first step {step - failed_at:.1f} s after the kill")
     print("".join(line for _, line in lines if line.startswith("launch: ") and "rank " not in line[:14]))
+
+
+def submit_restart_job(cluster: Cluster, tmp: Path, zero: str, **env: str) -> tuple[str, Path, list, Callable]:
+    """scripts/slurm/train-restart.sbatch on 3 nodes x 1 rank, --max-restarts 1 and a 5 s stop grace: the
+    embedded model under DeepSpeed config `zero`, 4 per rank x 2 accumulation steps (a global batch of 24), a
+    checkpoint every 2 of 8 steps. The job's id, its output folder, its lines as they come (timed_file_lines) and
+    the function that stops reading them."""
+    output = tmp / "run"
+    args = (f"--config {zero} --output-dir {output} --resume auto --save_strategy steps --save_steps 2 --max_steps 8 "
+            "--logging_steps 1 --per_device_train_batch_size 4 --gradient_accumulation_steps 2")  # fmt: skip
+    env = node_env(tmp, CONTAINER="none", TRAIN_ARGS=args, RANKS_PER_NODE="1", MAX_RESTARTS="1",
+                   ZEROKIT_STOP_GRACE="5", **env)  # fmt: skip
+    script = cpu_job_script("scripts/slurm/train-restart.sbatch", tmp)
+    submitted = cluster.run("node1", ["sbatch", "--parsable", "--cpus-per-task=1", "--time=10", str(script)],
+                            env=env, cwd=tmp)  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    lines, stop_reading = timed_file_lines(tmp, "zerokit-*.*")
+    return submitted.stdout.strip().split(";")[0], output, lines, stop_reading
+
+
+def pdsh_restart_argv(tmp: Path, zero: str, *flags: str) -> tuple[list[str], Path]:
+    """launch's command line for pdsh from node1 to the hosts node1..node3 (written to tmp/hosts), 1 rank each,
+    --max-restarts 1, a 5 s stop grace, and launch's flags; train as submit_restart_job's. And the output folder."""
+    (tmp / "hosts").write_text("node1\nnode2\nnode3\n")
+    output = tmp / "run"
+    argv = ["launch", "--launcher", "pdsh", "--hostfile", str(tmp / "hosts"), "--nproc-per-node", "1",
+            "--max-restarts", "1", "--stop-grace", "5", *flags, "--", "train", "--config", zero, "--output-dir",
+            str(output), "--resume", "auto", "--save_strategy", "steps", "--save_steps", "2", "--max_steps", "8",
+            "--logging_steps", "1", "--per_device_train_batch_size", "4",
+            "--gradient_accumulation_steps", "2"]  # fmt: skip
+    return argv, output
+
+
+def wait_for_checkpoint(
+    output: Path, lines: list[tuple[float, str]], job: subprocess.Popen | None = None, seconds: float = 300
+) -> None:
+    """Until output holds a whole checkpoint; the job's lines shown if it ends first or none comes in time."""
+    deadline = time.monotonic() + seconds
+    while newest_complete_checkpoint(output) is None:
+        assert job is None or job.poll() is None, "".join(line for _, line in lines)[-4000:]
+        assert time.monotonic() < deadline, "no checkpoint in time:\n" + "".join(t for _, t in lines)
+        time.sleep(0.2)
+
+
+def line_seen(lines: list[tuple[float, str]], text: str, deadline: float) -> float | None:
+    """When a line holding text came, waiting for it until deadline (time.monotonic's); None if it did not."""
+    while True:
+        seen = next((t for t, line in lines if text in line), None)
+        if seen is not None or time.monotonic() >= deadline:
+            return seen
+        time.sleep(0.2)
 
 
 def timed_file_lines(folder: Path, pattern: str) -> tuple[list[tuple[float, str]], Callable[[], None]]:

@@ -18,13 +18,14 @@ import time
 
 from tests.cluster.netcluster import Cluster, cut_off, reconnect
 from tests.cluster.test_launch_cluster import (
-    cpu_job_script,
     finished_job_code,
+    line_seen,
     node_env,
-    timed_file_lines,
+    pdsh_restart_argv,
+    submit_restart_job,
     timed_lines,
+    wait_for_checkpoint,
 )
-from zerokit.outputs.checkpoints import newest_complete_checkpoint
 
 NODE_TIMEOUT = "10"  # seconds without a node's heartbeat before the head counts it lost (launch --node-timeout)
 
@@ -42,28 +43,13 @@ def test_a_node_cut_off_from_a_slurm_job_is_left_out_and_the_job_restarts_on_the
     cluster = fresh_cluster3
     tmp = cluster.shared_dir / "slurm-node-cut-off"
     tmp.mkdir()
-    output = tmp / "run"
-    args = (f"--config zero2 --output-dir {output} --resume auto --save_strategy steps --save_steps 2 --max_steps 8 "
-            "--logging_steps 1 --per_device_train_batch_size 4 --gradient_accumulation_steps 2")  # fmt: skip
-    env = node_env(tmp, CONTAINER="none", TRAIN_ARGS=args, RANKS_PER_NODE="1", MAX_RESTARTS="1",
-                   ZEROKIT_STOP_GRACE="5", ZEROKIT_NODE_TIMEOUT=NODE_TIMEOUT)  # fmt: skip
-    script = cpu_job_script("scripts/slurm/train-restart.sbatch", tmp)
-    submitted = cluster.run("node1", ["sbatch", "--parsable", "--cpus-per-task=1", "--time=10", str(script)],
-                            env=env, cwd=tmp)  # fmt: skip
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = submitted.stdout.strip().split(";")[0]
-    lines, stop_reading = timed_file_lines(tmp, "zerokit-*.*")
+    job_id, output, lines, stop_reading = submit_restart_job(cluster, tmp, "zero2", ZEROKIT_NODE_TIMEOUT=NODE_TIMEOUT)
     cut_at = restarted = None
     try:
-        deadline = time.monotonic() + 300
-        while newest_complete_checkpoint(output) is None:
-            assert time.monotonic() < deadline, "no checkpoint within 5 minutes:\n" + "".join(t for _, t in lines)
-            time.sleep(0.2)
+        wait_for_checkpoint(output, lines)
         cut_at = time.monotonic()
         cut_off(cluster, "node3")
-        while restarted is None and time.monotonic() < cut_at + 120:
-            restarted = next((t for t, line in lines if "a machine fault; node3 left out" in line), None)
-            time.sleep(0.2)
+        restarted = line_seen(lines, "a machine fault; node3 left out", cut_at + 120)
     except BaseException:
         cluster.run("node1", ["scancel", job_id])
         raise
@@ -97,22 +83,12 @@ def test_a_node_cut_off_from_a_pdsh_job_is_replaced_by_the_spare(fresh_cluster3:
     cluster = fresh_cluster3
     tmp = cluster.shared_dir / "pdsh-node-cut"
     tmp.mkdir()
-    (tmp / "hosts").write_text("node1\nnode2\nnode3\n")
-    output = tmp / "run"
-    argv = ["launch", "--launcher", "pdsh", "--hostfile", str(tmp / "hosts"), "--nnodes", "2", "--nproc-per-node",
-            "1", "--max-restarts", "1", "--stop-grace", "5", "--node-timeout", NODE_TIMEOUT, "--", "train",
-            "--config", "zero3", "--output-dir", str(output), "--resume", "auto", "--save_strategy", "steps",
-            "--save_steps", "2", "--max_steps", "8", "--logging_steps", "1", "--per_device_train_batch_size", "4",
-            "--gradient_accumulation_steps", "2"]  # fmt: skip
+    argv, output = pdsh_restart_argv(tmp, "zero3", "--nnodes", "2", "--node-timeout", NODE_TIMEOUT)
     job = cluster.popen("node1", argv, env=node_env(tmp), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     lines, reader = timed_lines(job)
     cut_at = None
     try:
-        deadline = time.monotonic() + 300
-        while newest_complete_checkpoint(output) is None:
-            assert job.poll() is None, "".join(line for _, line in lines)[-4000:]
-            assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
-            time.sleep(0.2)
+        wait_for_checkpoint(output, lines, job)
         cut_at = time.monotonic()
         cut_off(cluster, "node2")
         code = job.wait(timeout=300)
