@@ -11,10 +11,13 @@ zerokit.launch.restart), while at least `--min-nodes` of them do.
   stdin closes), and a stopped srun has Slurm end its step's tasks; a restart starts once nothing listens at its
   main address and port (the stopped job's store). An MPI launcher ends every rank itself when one dies
   (OpenMPI's mpirun: 137 for a rank SIGKILLed, 205 when it lost a node's daemon).
+- A node cut off, seen: each node's launch sends the head's a heartbeat every second (zerokit.launch.heartbeat);
+  a node silent for --node-timeout has its command here ended, which then fails as a node's end does.
 - Which hosts answer: after a failed end, every host probed at once, within PROBE_SECONDS (zerokit.launch.probe:
   `ssh HOST true`; in a Slurm job, Slurm's view of the node and a step of `true` on it). A host that does not
   answer is left out, and the job starts again on the others, in the hostfile's (or the Slurm job's) order (the
-  first is the main address, unless --master-addr names one).
+  first is the main address, unless --master-addr names one). With --nnodes N, the job runs on the first N hosts
+  and the rest are spares, probed too: one that answers takes the place of each host left out (next_hosts).
 - What restarts: a node fault, that is a command ended by a machine fault or ssh's 255, or any failed end
   after which a host does not answer (mpirun's lost daemon; a node's peers that failed in their collectives
   before its own end was seen). A stop signal to launch (preemption, Ctrl-C), a run whose final model is
@@ -88,13 +91,13 @@ def node_fault(supervisor: Supervisor, hosts: Sequence[str], code: int, launcher
     if not ended and not silent:
         return None
     named = ended or [rank for rank in (supervisor.failure,) if rank is not None]
-    said = [f"{rank.label} {why(supervisor, rank)}" for rank in named]
+    said = [f"{rank.label} {ended_how(supervisor, rank)}" for rank in named]
     said += [f"{host} does not answer ({why})" for host, why in silent.items()]
     failed = tuple(rank.host for rank in ended if rank.host)
     return NodeFault(failed, silent, code, "; ".join(said))
 
 
-def why(supervisor: Supervisor, rank: Rank) -> str:
+def ended_how(supervisor: Supervisor, rank: Rank) -> str:
     """How a command ended, in words: what the supervisor knows of the first failure (a node counted lost, the
     OOM killer), else its exit."""
     if rank is supervisor.failure and supervisor.cause:
@@ -167,10 +170,10 @@ def restarting_nodes(
     the_plan, restart = first, 0
     # Under srun, the Slurm job's nodes (no hostfile given); the spares behind the job's hosts (--nnodes).
     config = replace(config, hosts_from_file=(*first.hosts, *first.spares))
+    lost = (lambda: watch.silent(config.node_timeout)) if watch is not None else None
     with queued_signals() as received:
         while True:
             restart += 1
-            lost = (lambda: watch.silent(config.node_timeout)) if watch is not None else None
             code, supervisor = supervise(the_plan.commands, config.stop_grace, None, received, lost)
             if code == 0 or supervisor.stop_signal is not None or has_final_model(argv):
                 return code
