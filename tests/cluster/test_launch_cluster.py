@@ -247,22 +247,8 @@ def test_a_dead_node_is_left_out_and_the_job_restarts_on_the_others(cluster3: Cl
     A node cut off instead (its link down), with a spare taking its place: test_node_partition.py."""
     tmp = cluster3.shared_dir / f"node-fault-{time.monotonic_ns()}"
     tmp.mkdir()
-    argv, output = pdsh_restart_argv(tmp, "zero2")
-    job = cluster3.popen("node1", argv, env=node_env(tmp), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    lines, reader = timed_lines(job)
-    failed_at = None
-    try:
-        wait_for_checkpoint(output, lines, job)
-        failed_at = time.monotonic()
-        killed = kill_node(cluster3, "node3")
-        assert any("zerokit train" in line for line in killed), killed
-        code = job.wait(timeout=300)
-    finally:
-        if job.poll() is None:
-            job.kill()
-        if failed_at is not None:  # node3 answers again, for the tests after
-            start_again(cluster3, "node3")
-    reader.join(timeout=30)
+    argv, output = head_restart_argv(tmp, "zero2")
+    code, lines, failed_at = through_a_fault(cluster3, argv, tmp, output, *dead_node(cluster3, "node3"))
     log = "".join(line for _, line in lines)
     assert code == 0, log[-6000:]
     assert "launch: pdsh to node3 exited with 255; " in log
@@ -295,6 +281,65 @@ def test_a_dead_node_is_left_out_and_the_job_restarts_on_the_others(cluster3: Cl
     worst = max(abs(after[k] - uninterrupted[k]) / abs(uninterrupted[k]) for k in after)
     assert worst <= 1e-4, (after, uninterrupted)
     print(f"steps {resumed + 1}-8 after the fault against an uninterrupted 2-node run: {worst:.1e} relative at most")
+
+
+def test_a_dead_node_of_an_mpirun_job_is_left_out_and_the_job_restarts_on_the_others(cluster3: Cluster):
+    """`launch --launcher mpirun` from node1 to 3 nodes x 1 rank, ZeRO-3, --max-restarts 1: one mpirun starts every
+    rank, so launch sees no node's end of its own; once the first checkpoint is whole, every process of node3 is
+    SIGKILLed (its orted and sshd too). mpirun ends the job when it loses node3's daemon, launch probes the hosts,
+    leaves node3 out and starts mpirun again on node1 and node2 from that checkpoint; the run finishes."""
+    tmp = cluster3.shared_dir / f"mpirun-node-fault-{time.monotonic_ns()}"
+    tmp.mkdir()
+    argv, output = head_restart_argv(tmp, "zero3", launcher="mpirun")
+    code, lines, failed_at = through_a_fault(cluster3, argv, tmp, output, *dead_node(cluster3, "node3"))
+    log = "".join(line for _, line in lines)
+    assert code == 0, log[-6000:]
+    restart = ": a machine fault; node3 left out; restart 1 of 1 on 2 node(s) (node1,node2), from "
+    assert restart in log and "node3 does not answer (" in log, log[-6000:]
+    assert (output / "model.safetensors").is_file()
+    (event,) = json.loads((output / "zerokit-run.json").read_text())["restarts"]
+    assert (event["left_out"], event["hosts"], event["restart"]) == (["node3"], ["node1", "node2"], 1)
+    restarted = next(t for t, line in lines if restart in line)
+    step = next(t for t, line in lines if t > restarted and "'loss'" in line)
+    print(f"mpirun, node killed: restart {restarted - failed_at:.1f} s, first step {step - failed_at:.1f} s after")
+
+
+def through_a_fault(
+    cluster: Cluster,
+    argv: list[str],
+    tmp: Path,
+    output: Path,
+    fault: Callable[[], object],
+    repair: Callable[[], object],
+) -> tuple[int, list[tuple[float, str]], float]:
+    """Run launch's argv on node1; once output holds a whole checkpoint, fault(), then wait for the job's end;
+    repair() after, for the tests after. The job's exit code, its timed lines, and when the fault came."""
+    job = cluster.popen("node1", argv, env=node_env(tmp), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines, reader = timed_lines(job)
+    fault_at = None
+    try:
+        wait_for_checkpoint(output, lines, job)
+        fault_at = time.monotonic()
+        fault()
+        code = job.wait(timeout=300)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        if fault_at is not None:
+            repair()
+    reader.join(timeout=30)
+    return code, lines, fault_at
+
+
+def dead_node(cluster: Cluster, name: str) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The fault of a node that dies (every process of it SIGKILLed, its sshd too, its training rank among them),
+    and its repair (sshd started again)."""
+
+    def dies() -> None:
+        killed = kill_node(cluster, name)
+        assert any("zerokit train" in line for line in killed), killed
+
+    return dies, lambda: start_again(cluster, name)
 
 
 def timed_lines(job: subprocess.Popen) -> tuple[list[tuple[float, str]], threading.Thread]:
@@ -368,12 +413,13 @@ def submit_restart_job(cluster: Cluster, tmp: Path, zero: str, **env: str) -> tu
     return submitted.stdout.strip().split(";")[0], output, lines, stop_reading
 
 
-def pdsh_restart_argv(tmp: Path, zero: str, *flags: str) -> tuple[list[str], Path]:
-    """launch's command line for pdsh from node1 to the hosts node1..node3 (written to tmp/hosts), 1 rank each,
-    --max-restarts 1, a 5 s stop grace, and launch's flags; train as submit_restart_job's. And the output folder."""
+def head_restart_argv(tmp: Path, zero: str, *flags: str, launcher: str = "pdsh") -> tuple[list[str], Path]:
+    """launch's command line for launcher (pdsh, mpirun) from node1 to the hosts node1..node3 (written to
+    tmp/hosts), 1 rank each, --max-restarts 1, a 5 s stop grace, and launch's flags; train as submit_restart_job's.
+    And the output folder."""
     (tmp / "hosts").write_text("node1\nnode2\nnode3\n")
     output = tmp / "run"
-    argv = ["launch", "--launcher", "pdsh", "--hostfile", str(tmp / "hosts"), "--nproc-per-node", "1",
+    argv = ["launch", "--launcher", launcher, "--hostfile", str(tmp / "hosts"), "--nproc-per-node", "1",
             "--max-restarts", "1", "--stop-grace", "5", *flags, "--", "train", "--config", zero, "--output-dir",
             str(output), "--resume", "auto", "--save_strategy", "steps", "--save_steps", "2", "--max_steps", "8",
             "--logging_steps", "1", "--per_device_train_batch_size", "4",

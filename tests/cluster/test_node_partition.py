@@ -13,17 +13,15 @@ the cut node does not answer, leaves it out.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 
 from tests.cluster.netcluster import Cluster, cut_off, reconnect
 from tests.cluster.test_launch_cluster import (
     finished_job_code,
+    head_restart_argv,
     line_seen,
-    node_env,
-    pdsh_restart_argv,
     submit_restart_job,
-    timed_lines,
+    through_a_fault,
     wait_for_checkpoint,
 )
 
@@ -83,21 +81,10 @@ def test_a_node_cut_off_from_a_pdsh_job_is_replaced_by_the_spare(fresh_cluster3:
     cluster = fresh_cluster3
     tmp = cluster.shared_dir / "pdsh-node-cut"
     tmp.mkdir()
-    argv, output = pdsh_restart_argv(tmp, "zero3", "--nnodes", "2", "--node-timeout", NODE_TIMEOUT)
-    job = cluster.popen("node1", argv, env=node_env(tmp), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    lines, reader = timed_lines(job)
-    cut_at = None
-    try:
-        wait_for_checkpoint(output, lines, job)
-        cut_at = time.monotonic()
-        cut_off(cluster, "node2")
-        code = job.wait(timeout=300)
-    finally:
-        if job.poll() is None:
-            job.kill()
-        if cut_at is not None:
-            reconnect(cluster, "node2")
-    reader.join(timeout=30)
+    argv, output = head_restart_argv(tmp, "zero3", "--nnodes", "2", "--node-timeout", NODE_TIMEOUT)
+    code, lines, cut_at = through_a_fault(
+        cluster, argv, tmp, output, lambda: cut_off(cluster, "node2"), lambda: reconnect(cluster, "node2")
+    )
     log = "".join(line for _, line in lines)
     assert code == 0, log[-6000:]
     restart = ": a machine fault; node2 left out, spare node3 in its place; restart 1 of 1 on 2 node(s) (node1,node3)"
