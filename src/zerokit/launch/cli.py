@@ -109,7 +109,7 @@ def run(config: LaunchConfig) -> int:
 
 def heartbeat_watch(config: LaunchConfig, the_plan: Plan) -> heartbeat.HeartbeatWatch | None:
     """The head's watch of its nodes' heartbeats: with restarts, where each host has a command of its own."""
-    per_host = len(the_plan.commands) > 1 or any(command.host for command in the_plan.commands)
+    per_host = any(command.host for command in the_plan.commands)  # plan.head_commands: one per host, named
     if the_plan.mode != "remote" or not config.max_restarts or not config.node_timeout or not per_host:
         return None
     if config.dry_run or config.print_command:

@@ -44,9 +44,7 @@ from zerokit.launch.plan import Plan
 from zerokit.launch.probe import PROBE_SECONDS, silent_hosts
 from zerokit.launch.restart import is_machine_fault, log_path, rescaled_argv, restart_argv
 from zerokit.launch.supervisor import (
-    Rank,
     Supervisor,
-    describe_exit,
     exit_code,
     has_final_model,
     output_dir,
@@ -91,18 +89,10 @@ def node_fault(supervisor: Supervisor, hosts: Sequence[str], code: int, launcher
     if not ended and not silent:
         return None
     named = ended or [rank for rank in (supervisor.failure,) if rank is not None]
-    said = [f"{rank.label} {ended_how(supervisor, rank)}" for rank in named]
+    said = [f"{rank.label} {supervisor.ended_how(rank)}" for rank in named]
     said += [f"{host} does not answer ({why})" for host, why in silent.items()]
     failed = tuple(rank.host for rank in ended if rank.host)
     return NodeFault(failed, silent, code, "; ".join(said))
-
-
-def ended_how(supervisor: Supervisor, rank: Rank) -> str:
-    """How a command ended, in words: what the supervisor knows of the first failure (a node counted lost, the
-    OOM killer), else its exit."""
-    if rank is supervisor.failure and supervisor.cause:
-        return supervisor.cause
-    return describe_exit(rank.process.returncode)
 
 
 def next_hosts(the_plan: Plan, left_out: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:

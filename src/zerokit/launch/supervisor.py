@@ -295,7 +295,14 @@ class Supervisor:
             elif others and self.deadline is None:
                 self._stop_others(rank)
             elif others or death_line(rank, self.cause) is None:  # else the last to end: its line follows at once
-                say(f"{rank.label} {self.cause or describe_exit(returncode)}")
+                say(f"{rank.label} {self.ended_how(rank)}")
+
+    def ended_how(self, rank: Rank) -> str:
+        """How a rank (or a head's command) ended, in words: for the first failure, what launch knows of it (the
+        OOM killer, a node counted lost), else its exit."""
+        if rank is self.failure and self.cause:
+            return self.cause
+        return describe_exit(rank.process.returncode)
 
     def _oom_cause(self, rank: Rank) -> str | None:
         """Whether the kernel's OOM killer ended rank (zerokit.launch.oom), read as soon as it ended."""
@@ -306,7 +313,7 @@ class Supervisor:
 
     def _stop_others(self, failed: Rank) -> None:
         """A rank failed: the others get SIGTERM now, and SIGKILL after the grace."""
-        say(f"{failed.label} {self.cause or describe_exit(failed.process.returncode)}; stopping the other ranks")
+        say(f"{failed.label} {self.ended_how(failed)}; stopping the other ranks")
         for other in self.ranks:
             if other.running():
                 other.send(signal.SIGTERM)
@@ -333,8 +340,7 @@ class Supervisor:
             return None
         failed = self.failure
         if failed is not None and is_machine_fault(failed.process.returncode):
-            cause = self.cause or describe_exit(failed.process.returncode)
-            return Fault(failed.label, failed.rank, exit_code(failed.process.returncode), cause)
+            return Fault(failed.label, failed.rank, exit_code(failed.process.returncode), self.ended_how(failed))
         if failed is None and self.stalled is not None:
             return Fault("the ranks", None, STALL_EXIT_CODE, self.stalled)
         return None
