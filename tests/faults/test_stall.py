@@ -160,6 +160,10 @@ def test_in_exec_mode_the_stuck_rank_names_itself(tmp_path, env, marker):
     assert f"zerokit: stalled: rank 1 (node {socket.gethostname()}, pid " in stuck
     assert f"made no progress for {timeout} s and is stuck at {where} outside any collective; its stacks in " in stuck
     waiting = procs[0].communicate(timeout=BOUND)[1]
-    assert procs[0].returncode != 0, waiting  # 124, or 1 when gloo saw rank 1 go first
-    assert "zerokit: stalled: rank 0 " in waiting and "waits in all_reduce" in waiting
-    assert len(list((tmp_path / "out").glob("zerokit-stall-*-rank-*.txt"))) == 2
+    assert procs[0].returncode != 0, waiting
+    # Which of rank 0's ends comes first is a race of two clocks, and each names where rank 0 waited:
+    # its own watch (124), or its all_reduce failing once rank 1 exited (1).
+    own_watch = "zerokit: stalled: rank 0 " in waiting and "waits in all_reduce" in waiting
+    failed = re.search(r"zerokit: rank 0 \(node .*\) waited \d+\.\d s in all_reduce until it failed", waiting)
+    assert own_watch or failed, waiting
+    assert (tmp_path / "out" / f"zerokit-stall-{socket.gethostname()}-rank-1.txt").is_file()

@@ -103,6 +103,7 @@ SAMPLES = {
     values.seconds: ("12.5", 12.5),
     values.seconds_or_zero: ("12.5", 12.5),
     values.factor: ("3", 3.0),
+    values.probability: ("0.25", 0.25),
     launch_config.address: (" 10.1.2.3 ", "10.1.2.3"),
     launch_config.main_port: ("29400", 29400),
     generate_options.max_memory: ("0=20GiB, 1=20GiB,cpu=64GiB", {0: "20GiB", 1: "20GiB", "cpu": "64GiB"}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from zerokit.bench.plan import (
     common_training_flags,
     config_and_split,
     plan_runs,
+    speed_switches,
 )
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, flag, flag_value, from_namespace
@@ -106,6 +108,7 @@ def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentPa
 
 
 def parse(argv: list[str]) -> BenchConfig:
+    from zerokit.sources.ds_config_check import check_ds_config
     from zerokit.sources.ds_configs import resolve_ds_config
 
     cut = argv.index("--") if "--" in argv else len(argv)
@@ -135,6 +138,7 @@ def parse(argv: list[str]) -> BenchConfig:
     config = resolve_ds_config(args.config)
     if config is None:
         raise UserError("bench times DeepSpeed: give a config (zero1, zero2, zero3, zero3-offload or a file)")
+    check_ds_config(config)
     import torch
 
     on_gpu = torch.cuda.is_available()
@@ -164,6 +168,7 @@ def parse(argv: list[str]) -> BenchConfig:
         hosts=hosts,
         launcher=args.launcher,
         skip=frozenset(args.skip),
+        speed=speed_switches(on_gpu, lambda name: importlib.util.find_spec(name) is not None) if args.preset else (),
         model=args.model,
         dataset=str(Path(args.dataset).resolve()) if args.dataset else None,
         block_size=args.block_size,
@@ -181,12 +186,15 @@ def checked_configs(text: str, ranks: int) -> list[str]:
     --ranks); a pipeline's config must be ZeRO-1."""
     import json
 
+    from zerokit.sources.ds_config_check import check_ds_config
     from zerokit.sources.ds_configs import resolve_ds_config
 
     names = [name.strip() for name in text.split(",") if name.strip()]
     for entry in names:
         name, split, size = config_and_split(entry)
         config = resolve_ds_config(name)
+        if config:
+            check_ds_config(config)
         what = {"tp": "tensor parallel", "pp": "pipeline", "": ""}[split]
         if size < 1:
             raise UserError(f"--configs {entry}: the {what} size must be at least 1 (+{split}2, +{split}4, ...)")

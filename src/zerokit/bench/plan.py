@@ -1,8 +1,9 @@
 """From bench's config to the list of runs: each a command line, its environment and its folder.
 
 The groups: `scaling` (zerokit's train over rank and node counts), `configs` (the same job under
-each DeepSpeed config, and none), `startup` (the same job with a DeepSpeed whose ops are not
-prebuilt, and a fresh extensions cache), `data` (time to first step from raw text against
+each DeepSpeed config, and none), `speed` (with --preset: train's speed switches, each alone and then all
+together, against the scaling run as the eager row: speed_switches), `startup` (the same job with a DeepSpeed
+whose ops are not prebuilt, and a fresh extensions cache), `data` (time to first step from raw text against
 `prepare tokenize`d blocks, at 1x and 10x the corpus) and `overhead` (in turn, several rounds of: zerokit's train,
 the plain HF script zerokit.bench.plain_hf_trainer with the same DeepSpeed config and without DeepSpeed, the raw
 DeepSpeed loop zerokit.bench.raw_deepspeed_loop, and zerokit's train without the preemption callback).
@@ -11,12 +12,13 @@ DeepSpeed loop zerokit.bench.raw_deepspeed_loop, and zerokit's train without the
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from zerokit.launch.rank.environment import free_port
 
-SKIPPABLE = ("configs", "startup", "data", "checkpoint", "overhead", "preemption", "no-deepspeed", "raw")
+SKIPPABLE = ("configs", "startup", "data", "checkpoint", "overhead", "preemption", "no-deepspeed", "raw", "speed")
 CHECKPOINT_SAVES = 3  # checkpoints the checkpoint group's run writes (the last one kept)
 DATA_SCALES = (1, 10)  # corpus sizes of the data group, in copies of the corpus
 DATA_ROUNDS = 2  # of the data group: its figures are medians
@@ -40,11 +42,12 @@ class BenchConfig:
     hosts: tuple[str, ...]  # for node counts above 1
     launcher: str  # pdsh or mpirun, for node counts above 1
     skip: frozenset[str]
-    model: str | None
-    dataset: str | None  # a text file, or none: the embedded default
-    block_size: int | None
-    train_args: tuple[str, ...]  # more TrainingArguments flags, for both scripts
-    on_gpu: bool
+    speed: tuple[tuple[str, tuple[str, ...]], ...] = ()  # the speed group's switches: (name, train flags)
+    model: str | None = None
+    dataset: str | None = None  # a text file, or none: the embedded default
+    block_size: int | None = None
+    train_args: tuple[str, ...] = ()  # more TrainingArguments flags, for both scripts
+    on_gpu: bool = False
     peak_tflops: float | None = None  # per device, for MFU; None: from bench.flops' table (GPU) or not reported
     precision: str = "fp32"  # of the matmuls (bench.flops.precision_of the train args): which peak MFU uses
     raw_script: Path | None = None  # the raw DeepSpeed loop (zerokit.bench.raw_deepspeed_loop)
@@ -91,8 +94,9 @@ def common_training_flags(cfg: BenchConfig) -> list[str]:
         "--logging_steps", str(cfg.eval_steps),
         "--save_strategy", "no",
         "--report_to", "none",
-        # Every script counts the tokens of each step's batches (StepClock): a short last batch is not a full one.
-        "--include_num_input_tokens_seen", "true",
+        # Every batch full, so a step's tokens are its samples' (StepClock): counting them in the Trainer
+        # (--include_num_input_tokens_seen) costs a gather and a device sync at every batch.
+        "--dataloader_drop_last", "true",
         *cfg.train_args,
     ]  # fmt: skip
 
@@ -117,8 +121,11 @@ def zerokit_run(
     config: str | None = None,
     variant: str | None = None,
     extra_train: tuple[str, ...] = (),
+    keep_data: bool = False,
     env: dict[str, str] | None = None,
 ) -> Run:
+    """One run of zerokit's train; extra_train: more train flags, which replace the job's --dataset and
+    --block-size (the data group's) unless keep_data."""
     folder = cfg.output / "runs" / name
     config, split, size = config_and_split(config or str(cfg.config))
     launch = ["--nproc-per-node", str(ranks)]
@@ -138,9 +145,9 @@ def zerokit_run(
         train += [SPLIT_FLAGS[split], str(size)]
     if cfg.model:
         train += ["--model", cfg.model]
-    if cfg.dataset and not extra_train:
+    if cfg.dataset and (keep_data or not extra_train):
         train += ["--dataset", cfg.dataset]
-    if cfg.block_size and not extra_train:
+    if cfg.block_size and (keep_data or not extra_train):
         train += ["--block-size", str(cfg.block_size)]
     python = cfg.jit_python if jit else cfg.python
     argv = (python, "-m", "zerokit", "launch", *launch, "train", *train, *extra_train, *common_training_flags(cfg))
@@ -148,6 +155,31 @@ def zerokit_run(
     if jit:
         run_env["TORCH_EXTENSIONS_DIR"] = str(folder / "torch-extensions")  # fresh: every op compiles
     return Run(name, group, variant or ("jit" if jit else "zerokit"), nodes, ranks, argv, folder, run_env)
+
+
+def speed_switches(on_gpu: bool, installed: Callable[[str], bool]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """train's speed switches that can run here, each as (row name, train flags): the cross-entropy without the
+    whole vocabulary's logits (Liger's kernel where installed on a GPU, else the torch one), torch.compile and
+    FlashAttention on a GPU (compile on CPU ranks spends the whole run compiling), FlashAttention only where
+    its package is. The pretraining presets' dropout 0 is in their model (zerokit.bench.presets), not a row."""
+    liger = on_gpu and installed("liger_kernel")
+    switches: list[tuple[str, tuple[str, ...]]] = [
+        ("cross-entropy", ("--cross-entropy", "liger" if liger else "chunked")),
+    ]
+    if on_gpu:
+        switches.append(("compile", ("--compile", "torch")))
+        if installed("flash_attn"):
+            switches.append(("flash-attention", ("--attn-implementation", "flash_attention_2")))
+    return tuple(switches)
+
+
+def speed_runs(cfg: BenchConfig, ranks: int) -> list[Run]:
+    """Each switch alone, then all of them: the eager row is the scaling run of the same ranks."""
+    rows = [*cfg.speed, ("all", tuple(word for _, flags in cfg.speed for word in flags))] if cfg.speed else []
+    return [
+        zerokit_run(cfg, f"speed-{name}", "speed", 1, ranks, variant=name, extra_train=flags, keep_data=True)
+        for name, flags in rows
+    ]
 
 
 def checkpoint_run(cfg: BenchConfig, ranks: int) -> Run:
@@ -223,8 +255,8 @@ def config_and_split(config: str) -> tuple[str, str, int]:
 
 
 def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: DataInputs | None = None) -> list[Run]:
-    """Scaling first (its 1-rank run is the baseline), then configs, start-up, checkpoint, data, then the overhead
-    rounds."""
+    """Scaling first (its 1-rank run is the baseline), then configs, start-up, speed, checkpoint, data, then the
+    overhead rounds."""
     runs = [
         zerokit_run(cfg, f"scaling-{nodes}n-{ranks}r", "scaling", nodes, ranks)
         for nodes in cfg.nodes
@@ -240,6 +272,8 @@ def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: D
                 )
     if "startup" not in cfg.skip and cfg.jit_python and 1 in cfg.nodes:  # compared with the 1-node run
         runs.append(zerokit_run(cfg, f"startup-jit-1n-{compare_ranks}r", "startup", 1, compare_ranks, jit=True))
+    if "speed" not in cfg.skip and 1 in cfg.nodes:
+        runs += speed_runs(cfg, compare_ranks)
     if "checkpoint" not in cfg.skip and 1 in cfg.nodes:
         runs.append(checkpoint_run(cfg, compare_ranks))
     if "data" not in cfg.skip and data_inputs:

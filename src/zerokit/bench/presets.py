@@ -2,7 +2,8 @@
 
 A preset is bench's flags (which the user's own flags override, given after it) plus the inputs it makes in the
 report folder: a GPT-2 built from a config (random weights: throughput does not depend on them) with its
-vocabulary padded to a multiple of 64 (nanoGPT's 50304 for the GPT-2 sizes), the embedded tokenizer, and the
+vocabulary padded to a multiple of 64 (nanoGPT's 50304 for the GPT-2 sizes) and no dropout (pretraining
+from scratch, as llm.c and nanoGPT run it; GPT2Config's default is 0.1 in three places), the embedded tokenizer, and the
 embedded corpus repeated until every step of every run draws full batches from the first epoch.
 
 - gpt2-124m: GPT-2 small's shape (12 x 768, 1024 positions), blocks of 1024 tokens, 16 per step, 60 steps.
@@ -10,7 +11,8 @@ embedded corpus repeated until every step of every run draws full batches from t
 - tiny: the same job at 2 x 64 and blocks of 64 tokens: every path of the GPU job, in seconds on CPU ranks.
 
 Each runs on one rank: --config zero2, and as rows zero1 and zero3 (ZeRO-3 on one rank partitions nothing: its
-row measures its hooks' cost only), the overhead rounds (zerokit, the plain HF Trainer with the same config and
+row measures its hooks' cost only), the speed table (train's speed switches, each alone and all together:
+zerokit.bench.plan.speed_switches), the overhead rounds (zerokit, the plain HF Trainer with the same config and
 without DeepSpeed, the raw DeepSpeed loop) three times.
 """
 
@@ -82,6 +84,7 @@ def make_inputs(name: str, output: Path, samples: int, block_size: int) -> dict:
     config = GPT2Config(
         vocab_size=vocab, n_layer=p.layers, n_embd=p.hidden, n_head=p.heads, n_positions=p.positions,
         bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,  # pretraining from scratch, as llm.c and nanoGPT
     )  # fmt: skip
     model = GPT2LMHeadModel(config)
     model_folder(output).mkdir(parents=True, exist_ok=True)

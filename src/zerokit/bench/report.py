@@ -84,6 +84,10 @@ def side(runs: list[RunResult]) -> dict:
         "median_tokens_per_s": statistics.median(r.tokens_per_second for r in runs),
         "median_time_to_first_step_s": statistics.median(r.time_to_first_step for r in runs),
         "startup_phases": median_phases(runs),
+        # p50, p90 and max of the timed steps: each the median over the runs
+        "step_quantiles_s": [statistics.median(r.step_quantiles[i] for r in runs) for i in range(3)]
+        if all(r.step_quantiles for r in runs)
+        else None,
     }
 
 
@@ -188,6 +192,38 @@ def config_rows(results: list[RunResult], main_config: str, peak: float | None =
     return rows
 
 
+def speed_rows(results: list[RunResult], peak: float | None = None) -> list[dict]:
+    """The speed table: the eager run (the scaling run of the speed runs' ranks), each switch alone, all together;
+    each with its ratio to eager and its last eval loss beside eager's (a switch that moves it is a bug)."""
+    switched = [r for r in results if r.group == "speed"]
+    eager = next(
+        (
+            r
+            for r in results
+            if r.group == "scaling" and r.nodes == 1 and switched and r.world_size == switched[0].world_size
+        ),
+        None,
+    )
+    if eager is None:
+        return []
+    return [
+        {
+            "switch": label,
+            "ranks": r.world_size,
+            "tokens_per_s": r.tokens_per_second,
+            "over_eager": r.tokens_per_second / eager.tokens_per_second,
+            "mfu": run_mfu(r, r.tokens_per_second, peak),
+            "peak_memory_mib": max(r.peak_memory_bytes) / MIB,
+            "memory_kind": r.memory_kind,
+            "step_p50_s": r.step_quantiles[0] if r.step_quantiles else None,
+            "step_p90_s": r.step_quantiles[1] if r.step_quantiles else None,
+            "step_max_s": r.step_quantiles[2] if r.step_quantiles else None,
+            "last_loss": r.last_loss,
+        }
+        for label, r in [("eager", eager), *((r.variant, r) for r in switched)]
+    ]
+
+
 def data_summary(results: list[RunResult], prepare_seconds: dict[int, float]) -> dict | None:
     """Time to first step from raw text and from prepared blocks, at each corpus scale; the ratios."""
     runs: dict[str, list[RunResult]] = {}
@@ -270,6 +306,7 @@ def write_all(cfg: BenchConfig, results: list[RunResult], prepare_seconds: dict[
         },
         "scaling": scaling_rows(results),
         "configs": config_rows(results, config_label(str(cfg.config)), peak),
+        "speed": speed_rows(results, peak),
         "startup": startup_summary(results),
         "checkpoint": checkpoint_summary(results),
         "data": data_summary(results, prepare_seconds or {}),
@@ -357,6 +394,7 @@ def markdown(figures: dict, cfg: BenchConfig) -> str:
     else:
         lines.append("Not run: pass `--jit-python` (an environment whose DeepSpeed has no prebuilt ops; `make bench`).")
     lines += configs_section(figures["configs"])
+    lines += speed_section(figures["speed"], cfg.speed)
     lines += checkpoint_section(figures["checkpoint"])
     lines += data_section(figures["data"])
     lines += overhead_section(figures["overhead"])
@@ -399,6 +437,33 @@ def configs_section(rows: list[dict]) -> list[str]:
         + ("" if gpu else "; MFU needs a GPU (or `--peak-tflops`)")
         + ".",
     ]
+    return lines
+
+
+def speed_section(rows: list[dict], switches: tuple[tuple[str, tuple[str, ...]], ...]) -> list[str]:
+    lines = ["", "## Speed switches: eager, each switch alone, then all together", ""]
+    if not rows:
+        return [*lines, "Not run (with `--preset` only; `--skip speed`)."]
+    flags = {name: " ".join(words) for name, words in switches}
+    flags["all"] = " ".join(flags.values())
+    lines += [
+        f"{rows[0]['ranks']} rank(s), one run each; steps: p50/p90/max of the timed steps; loss: the last eval loss "
+        "(a switch may move it by rounding only).",
+        "",
+        "| switch | train flags | tokens/s | / eager | MFU | peak memory (MiB) | step p50 / p90 / max (ms) | loss |",
+        "|---|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for r in rows:
+        steps = (
+            "/".join(f"{1000 * r[key]:.0f}" for key in ("step_p50_s", "step_p90_s", "step_max_s"))
+            if r["step_p50_s"] is not None
+            else "-"
+        )
+        loss = f"{r['last_loss']:.4f}" if r["last_loss"] is not None else "-"
+        lines.append(
+            f"| {r['switch']} | `{flags.get(r['switch'], '')}` | {r['tokens_per_s']:.0f} | {r['over_eager']:.2f} "
+            f"| {percent(r['mfu']) if r['mfu'] is not None else '-'} | {r['peak_memory_mib']:.0f} | {steps} | {loss} |"
+        )
     return lines
 
 
@@ -465,27 +530,29 @@ def overhead_section(overhead: dict | None) -> list[str]:
         + (
             "Tokens are those each step trained on, as counted in its batches."
             if overhead.get("tokens_counted")
-            else "Tokens: full batches assumed (some script did not count them)."
+            else "Tokens: every batch is full (`--dataloader_drop_last`), so a step's are its samples x block."
         ),
         "",
-        "| | samples/s | tokens/s | time to first step (s) |" + (" MFU |" if gpu else ""),
-        "|---|---:|---:|---:|" + ("---:|" if gpu else ""),
+        "| | samples/s | tokens/s | step p50 / p90 / max (ms) | time to first step (s) |" + (" MFU |" if gpu else ""),
+        "|---|---:|---:|---|---:|" + ("---:|" if gpu else ""),
     ]
     for variant in sides:
         side_ = overhead[variant]
         mfu_text = f" {percent(side_['mfu'])} |" if gpu and side_.get("mfu") is not None else (" - |" if gpu else "")
+        steps = side_.get("step_quantiles_s")
+        steps_text = "/".join(f"{1000 * q:.0f}" for q in steps) if steps else "-"
         lines.append(
             f"| {OVERHEAD_LABELS[variant]} | {side_['median_samples_per_s']:.1f} | {side_['median_tokens_per_s']:.0f} "
-            f"| {side_['median_time_to_first_step_s']:.2f} |" + mfu_text
+            f"| {steps_text} | {side_['median_time_to_first_step_s']:.2f} |" + mfu_text
         )
     lines.append(
-        f"| **ratio zerokit / plain** | **{t['ratio']:.3f}** ({spread(t)}) | | **{s['ratio']:.3f}** ({spread(s)}) |"
+        f"| **ratio zerokit / plain** | **{t['ratio']:.3f}** ({spread(t)}) | | | **{s['ratio']:.3f}** ({spread(s)}) |"
         + (" |" if gpu else "")
     )
     for key, label in (("raw_ratio", "raw DeepSpeed loop"), ("no_deepspeed_ratio", "plain HF, no DeepSpeed")):
         if key in overhead:
             r = overhead[key]
-            row = f"| **ratio zerokit / {label}** | | **{r['ratio']:.3f}** ({spread(r)}) | |"
+            row = f"| **ratio zerokit / {label}** | | **{r['ratio']:.3f}** ({spread(r)}) | | |"
             lines.append(row + (" |" if gpu else ""))
     lines += [
         "",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import time
@@ -38,6 +39,8 @@ class RunResult:
     tokens_counted: bool = False  # tokens/s from the tokens each step trained on, not full batches assumed
     save_seconds: list[float] = field(default_factory=list)  # rank 0's, a checkpoint each (the checkpoint group)
     checkpoint_bytes: int | None = None  # on disk, the last checkpoint the run kept
+    step_quantiles: tuple[float, float, float] | None = None  # p50, p90 and max of the timed steps, seconds
+    last_loss: float | None = None  # the last eval loss (a switch that moves it beyond noise is a bug)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -109,7 +112,19 @@ def summarize(run: Run, records: list[dict], started: float, wall: float, warmup
         tokens_counted=bool(counted),
         save_seconds=main.get("save_seconds", []),
         checkpoint_bytes=checkpoint_bytes(run.folder / "output"),
+        step_quantiles=quantiles(measured),
+        last_loss=evals[-1][1] if evals else None,
     )
+
+
+def quantiles(seconds: list[float]) -> tuple[float, float, float]:
+    """p50, p90 and max of step times (nearest rank: with few steps, p90 is a step that was measured)."""
+    ordered = sorted(seconds)
+
+    def at(fraction: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
+
+    return at(0.5), at(0.9), ordered[-1]
 
 
 def checkpoint_bytes(output: Path) -> int | None:

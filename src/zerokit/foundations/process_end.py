@@ -10,8 +10,8 @@ torch does not stop its threads before finalization (pytorch/pytorch PR 179291 p
 destroy_process_group, abandoned); a barrier and destroy_process_group after the script did not stop the
 aborts either (issue 32's measurement). Any native thread that needs the GIL late can do the same.
 
-So, once the work is done: wait for the non-daemon threads, run the atexit handlers (both as Python's
-exit does), flush Python's and C's buffered output, and leave with os._exit. Nothing of the interpreter
+So, once the work is done: stop and wait for the non-daemon threads, run the atexit handlers (both as
+Python's exit does), flush Python's and C's buffered output, and leave with os._exit. Nothing of the interpreter
 is torn down while another thread may still run native code.
 """
 
@@ -28,9 +28,10 @@ from typing import NoReturn
 
 def end_process(code: int) -> NoReturn:
     """Exit with `code` after what a normal exit does before finalization (see the module's docstring)."""
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    # As Python's exit: threading's own exit callbacks first (they tell concurrent.futures' worker threads,
+    # which torch.compile's inductor starts, to stop: a plain join of those would wait forever), then a join of
+    # every non-daemon thread. threading._shutdown is what the interpreter calls for both.
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:

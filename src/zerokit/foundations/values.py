@@ -83,6 +83,14 @@ def factor(name: str, value: str) -> float:
     return number
 
 
+def probability(name: str, value: str) -> float:
+    """A probability from 0 to 1 (a dropout rate)."""
+    number = _number(value)
+    if not 0 <= number <= 1:
+        raise UserError(f"{name}={value!r} is not a probability: give one from 0 to 1, e.g. 0 or 0.1")
+    return number
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """Counts of at least 1, comma-separated ("1,2,4"): an argparse type."""
     try:

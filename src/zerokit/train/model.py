@@ -25,10 +25,14 @@ def model_config(options: TrainFlags, tokenizer):
     to the tokenizer with --config-overrides applied; read before the model is built, so its shape can be checked."""
     from transformers import CONFIG_MAPPING, AutoConfig
 
+    from zerokit.train.speed import set_dropout
+
     if options.model and not options.from_scratch:
         if options.config_overrides:
             raise UserError("--config-overrides only applies when training from scratch: add --from-scratch")
-        return AutoConfig.from_pretrained(options.model)
+        config = AutoConfig.from_pretrained(options.model)
+        set_dropout(config, options.dropout)
+        return config
     if options.model:
         config = AutoConfig.from_pretrained(options.model)
     elif options.model_type:
@@ -48,16 +52,31 @@ def model_config(options: TrainFlags, tokenizer):
                 f"--config-overrides {options.config_overrides!r}: {error}; "
                 'format: "key=value,key=value" with keys of the model config'
             ) from None
+    set_dropout(config, options.dropout)
     return config
 
 
 def load_model(options: TrainFlags, config):
-    """from_pretrained for --model; else random weights from config (model_config's)."""
+    """from_pretrained for --model (with model_config's config); else random weights from config; with the
+    speed switches' attention kernel and loss (zerokit.train.speed)."""
     from transformers import AutoModelForCausalLM
 
-    if options.model and not options.from_scratch:
-        return AutoModelForCausalLM.from_pretrained(options.model)
-    return AutoModelForCausalLM.from_config(config)
+    from zerokit.train.fused_loss import use_fused_loss
+    from zerokit.train.speed import model_kwargs
+
+    kwargs = model_kwargs(options)
+    try:
+        if options.model and not options.from_scratch:
+            model = AutoModelForCausalLM.from_pretrained(options.model, config=config, **kwargs)
+        else:
+            model = AutoModelForCausalLM.from_config(config, **kwargs)
+    except ValueError as error:
+        if not kwargs or "attn" not in str(error).lower():
+            raise
+        first = str(error).strip().splitlines()[0]
+        raise UserError(f"--attn-implementation {options.attn_implementation}: {first}") from None
+    use_fused_loss(model, options.cross_entropy)
+    return model
 
 
 def fit_to_tokenizer(config, tokenizer):

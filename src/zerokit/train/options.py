@@ -14,6 +14,9 @@ from zerokit.foundations.flags import flag
 from zerokit.sources.ds_configs import CONFIGS_DIR, DEFAULT_CONFIG, resolve_ds_config
 from zerokit.train.lora import LORA_FORMAT
 
+COMPILE_MODES = ("off", "torch", "deepcompile")
+CROSS_ENTROPY_KINDS = ("hf", "chunked", "liger")
+
 # Where `train`'s TrainingArguments differ from Hugging Face's, and why; every other field keeps HF's
 # default and meaning. `train --help` and docs/train.md list these (a unit test keeps them in step).
 HF_DIFFERENCES: tuple[tuple[str, str], ...] = (
@@ -156,6 +159,33 @@ class TrainFlags:
     online: bool = flag(
         "--online", default=False, action="store_true", help="allow Hub downloads (default: offline, HF_HUB_OFFLINE=1)"
     )
+    compile: str = flag(
+        "--compile",
+        choices=COMPILE_MODES,
+        default="off",
+        help="torch: torch.compile the model (HF's torch_compile; under DeepSpeed its engine.compile()); "
+        "deepcompile: DeepSpeed's compiler passes too (the config's compile.deepcompile); off (default): eager",
+    )
+    attn_implementation: str | None = flag(
+        "--attn-implementation",
+        metavar="NAME",
+        help="the model's attention kernel: sdpa (PyTorch's fused attention, transformers' default), eager, "
+        "flash_attention_2 or _3 (needs flash-attn), flex_attention",
+    )
+    cross_entropy: str = flag(
+        "--cross-entropy",
+        choices=CROSS_ENTROPY_KINDS,
+        default="hf",
+        help="the loss: hf (default: full logits, upcast to fp32), chunked (never builds the whole vocabulary's "
+        "logits; any device), liger (the same as a Triton kernel; GPUs, needs liger-kernel); not with ZeRO-3",
+    )
+    dropout: float | None = flag(
+        "--dropout",
+        check=values.probability,
+        metavar="P",
+        help="every dropout rate of the model's config (GPT-2's resid/embd/attn_pdrop, Llama's attention_dropout, "
+        "...); 0 for pretraining from scratch, as llm.c and nanoGPT do (default: the config's own)",
+    )
     timings_dir: Path | None = flag(
         "--timings-dir", type=Path, metavar="DIR", help="each rank writes step times and peak memory here (bench)"
     )
@@ -170,7 +200,9 @@ class TrainFlags:
         return self.model is None and self.model_type is None
 
 
-def ds_config_argument(path: Path, *, torch_adam: bool = False, load_universal: bool = False, tp_size: int = 1) -> str:
+def ds_config_argument(
+    path: Path, *, torch_adam: bool = False, load_universal: bool = False, tp_size: int = 1, deepcompile: bool = False
+) -> str:
     """The `--deepspeed` value: the file as it is, or changed as below, as a base64 JSON string
     (a form HF's DeepSpeed config takes), so the user's file is never rewritten.
 
@@ -181,6 +213,7 @@ def ds_config_argument(path: Path, *, torch_adam: bool = False, load_universal: 
     the step count every time, so a resume is bit-exact. ZeRO-Offload needs DeepSpeed's CPU Adam,
     so such configs keep it.
     load_universal: resume from the checkpoint's universal form (`zerokit universal`).
+    deepcompile (`--compile deepcompile`): DeepSpeed's compiler passes (`"compile": {"deepcompile": true}`).
     tp_size above 1 (`--tp-size`): DeepSpeed AutoTP in groups of tp_size ranks, and the model gathered
     whole at save (stage3_gather_16bit_weights_on_model_save, which DeepSpeed reads under TP at any ZeRO
     stage), so the output folder holds one model.safetensors, not one shard per rank.
@@ -196,6 +229,9 @@ def ds_config_argument(path: Path, *, torch_adam: bool = False, load_universal: 
         config["tensor_parallel"] = {**config.get("tensor_parallel", {}), "autotp_size": tp_size}
         gather = {"stage3_gather_16bit_weights_on_model_save": True}
         config["zero_optimization"] = {**config.get("zero_optimization", {}), **gather}
+        changed = True
+    if deepcompile:
+        config["compile"] = {**config.get("compile", {}), "deepcompile": True}
         changed = True
     if load_universal:
         config["checkpoint"] = {**config.get("checkpoint", {}), "load_universal": True}

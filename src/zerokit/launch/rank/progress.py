@@ -25,7 +25,10 @@ Two modes, chosen by the variables `launch` sets (zerokit.launch.stall):
   exits at once (124, as timeout(1)), a rank waiting in one GRACE_SECONDS later (unless progress
   resumed), so that the stuck rank's line comes first and the scheduler ends the job on its exit. A
   rank can only judge itself: it cannot name a peer, and a rank whose main thread holds the GIL in
-  native code cannot run the thread (its peers still end the job).
+  native code cannot run the thread (its peers still end the job). A waiting rank whose collective
+  fails first (the stuck peer exited before this rank's own watch fired: which comes first is a race
+  between two clocks) says so in one line too, naming the collective and how long it waited, so a
+  waiting rank always has its line.
 
 DUMP_SIGNAL is a real-time signal, not SIGUSR2: launch passes SIGUSR1/SIGUSR2 on to the ranks as a
 scheduler's warning (zerokit.launch.supervisor), and scripts use them; a real-time signal is free.
@@ -164,12 +167,38 @@ def _beating(function: Callable[..., Any]) -> Callable[..., Any]:
     return beating
 
 
+def _reporting_failures(collective: Callable[..., Any]) -> Callable[..., Any]:
+    """Exec mode: a collective that fails says, in one line, how long this rank waited in it (then raises)."""
+
+    @functools.wraps(collective)
+    def reporting(*args: Any, **kwargs: Any) -> Any:
+        entered = time.monotonic()
+        try:
+            return collective(*args, **kwargs)
+        except Exception as err:
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            print(
+                f"zerokit: rank {os.environ.get('RANK', '0')} (node {socket.gethostname()}, pid {os.getpid()}) "
+                f"waited {time.monotonic() - entered:.1f} s in {collective.__name__} until it failed "
+                f"({type(err).__name__}: {first}): a peer ended or is stuck (see its line)",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise
+
+    return reporting
+
+
 def wrap_collectives(dist: Any) -> None:
     """Each collective of `dist` (torch.distributed) reports progress when it returns; init_process_group
     first waits for the peers, bounded (zerokit.launch.rank.rendezvous)."""
+    alone = _state is not None and _state.progress_file is None
     for name in COLLECTIVES:
         if callable(getattr(dist, name, None)):
-            setattr(dist, name, _beating(getattr(dist, name)))
+            collective = getattr(dist, name)
+            if alone and not getattr(collective, "__zerokit_progress__", False):
+                collective = _reporting_failures(collective)
+            setattr(dist, name, _beating(collective))
     init = dist.init_process_group
     if getattr(init, "__zerokit_progress__", False):
         return

@@ -5,11 +5,20 @@ Each rank writes `rank-<R>.json` into a folder when training ends: when its firs
 many tokens it trained on, the eval losses seen, and its peak memory. A step's time runs from the end of
 the previous step (or of the evaluation or checkpoint after it) to its own end, so data loading counts and
 evaluations and saves do not: a checkpoint's seconds are kept apart (`save_seconds`: from the step's end to the
-save's, what a checkpoint costs the run). On a GPU each time stamp waits for the device
-(`torch.cuda.synchronize`), so a step's time is its kernels' and not only their launch. A step's tokens are
-what the Trainer counted in its batches (`--include_num_input_tokens_seen`, which bench turns on for every
-script it times): the last step of an epoch is often short, and crediting it with a full batch overstates
-throughput.
+save's, what a checkpoint costs the run).
+
+The clock must not slow what it measures. On a GPU a moment is a CUDA event recorded on the current stream
+(Timeline): the host never waits for the device at a step's end, so the host work between steps (collate,
+logging) still overlaps the kernels queued before it, as in an untimed run. A step's time is the device
+timeline's distance between two step ends, which includes any time the device sat idle waiting for the host:
+in a steady run, the wall time per step. Finished events are read as they complete (`query()`, which never
+blocks); the device is waited for twice only: after the first step (the wall-clock time to first step) and
+when training ends. (Before, each step end called `torch.cuda.synchronize()`, which turned the host's work
+between steps into device idle time: the measurement cost what it measured.)
+
+A step's tokens are what the Trainer counted in its batches when the run asks it to
+(`--include_num_input_tokens_seen`: a gather and a device sync per batch); else none are recorded and a
+step is counted as full (bench makes every batch full with `--dataloader_drop_last`).
 The file also holds the start-up marks (zerokit.foundations.startup_marks): when the process started, the
 phases it (and `launch` before it) recorded, and `train_begin`, when the Trainer had built the
 DeepSpeed engine and was about to take the first step.
@@ -22,6 +31,7 @@ import resource
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 from transformers import TrainerCallback
 
@@ -46,6 +56,31 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
+class Timeline:
+    """Moments on the device's timeline: on a GPU a CUDA event recorded on the current stream (the host does not
+    wait), else the host's clock. `seconds(a, b)` is exact once `b` has `happened` (which never blocks)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+
+    def now(self) -> Any:
+        if not self.cuda:
+            return time.time()
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def happened(self, moment: Any) -> bool:
+        return moment.query() if self.cuda else True
+
+    def seconds(self, start: Any, end: Any) -> float:
+        return start.elapsed_time(end) / 1000 if self.cuda else end - start
+
+
 def model_shape(config) -> dict[str, int]:
     """Layers and hidden size from an HF config (GPT-2's n_layer/n_embd map to these names); {} when absent."""
     layers, hidden = getattr(config, "num_hidden_layers", None), getattr(config, "hidden_size", None)
@@ -63,7 +98,9 @@ class StepClock(TrainerCallback):
         self.folder = Path(folder)
         self.tokens_per_sample = tokens_per_sample
         self.model_parallel = model_parallel
-        self.mark = time.time()
+        self.timeline: Timeline | None = None  # made at the first step, once the device is in use
+        self.mark: Any = None  # the moment the next step's (or save's) time starts from
+        self.pending: list[tuple[str, Any, Any, int | None]] = []  # (step|save, start, end, tokens): not yet read
         self.first_step_end: float | None = None
         self.step_seconds: list[float] = []
         self.save_seconds: list[float] = []
@@ -85,32 +122,55 @@ class StepClock(TrainerCallback):
         self.tokens_seen = getattr(state, "num_input_tokens_seen", 0) or 0
 
     def on_step_end(self, args, state, control, **kwargs):
-        synchronize()
-        now = time.time()
         seen = getattr(state, "num_input_tokens_seen", 0) or 0
-        if self.first_step_end is None:
-            self.first_step_end = now
+        if self.timeline is None:  # the first step: its wall-clock end, for the time to first step
+            synchronize()
+            self.first_step_end = time.time()
+            self.timeline = Timeline()
+            self.mark = self.timeline.now()
         else:
-            self.step_seconds.append(now - self.mark)
-            if seen:  # the Trainer counts every rank's batch: the ranks of a replica share one
-                self.step_tokens.append((seen - self.tokens_seen) // self.model_parallel)
+            now = self.timeline.now()
+            # The Trainer counts every rank's batch: the ranks of a replica share one.
+            tokens = (seen - self.tokens_seen) // self.model_parallel if seen else None
+            self.pending.append(("step", self.mark, now, tokens))
+            self.mark = now
+            self.read_finished()
         self.tokens_seen = seen
-        self.mark = now
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if metrics and "eval_loss" in metrics:
             self.evals.append((state.global_step, float(metrics["eval_loss"])))
-        self.mark = time.time()  # the next step's time starts after the evaluation
+        if self.timeline is not None:
+            self.mark = self.timeline.now()  # the next step's time starts after the evaluation
         if self.record:  # an evaluation after training (train's final one): written again
             self.write(args)
 
     def on_save(self, args, state, control, **kwargs):
-        synchronize()
-        now = time.time()
-        self.save_seconds.append(now - self.mark)
+        if self.timeline is None:
+            return
+        now = self.timeline.now()
+        self.pending.append(("save", self.mark, now, None))
         self.mark = now  # the next step's time starts after the save
 
+    def read_finished(self, wait: bool = False) -> None:
+        """Move the pending spans whose end has happened (all of them with `wait`) into the figures, in order."""
+        timeline = self.timeline
+        if timeline is None:  # no step yet: nothing pending
+            return
+        if wait and self.pending:
+            synchronize()
+        while self.pending and (wait or timeline.happened(self.pending[0][2])):
+            kind, start, end, tokens = self.pending.pop(0)
+            seconds = timeline.seconds(start, end)
+            if kind == "save":
+                self.save_seconds.append(seconds)
+                continue
+            self.step_seconds.append(seconds)
+            if tokens is not None:
+                self.step_tokens.append(tokens)
+
     def on_train_end(self, args, state, control, **kwargs):
+        self.read_finished(wait=True)
         memory, kind = peak_memory()
         data_parallel = args.world_size // self.model_parallel
         samples_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * data_parallel
