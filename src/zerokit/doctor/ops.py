@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from zerokit.doctor.context import Context
 from zerokit.doctor.result import CheckResult, fail, ok
-from zerokit.image.ops_gate import check_op
+from zerokit.image.ops_gate import LOAD_FAILURE, check_op
+
+OP_ROW = "op: "  # the name of an op's row: "op: async_io"
 
 
 def ops_fix(stack_name: str) -> str:
@@ -15,6 +17,19 @@ def ops_fix(stack_name: str) -> str:
         f"rebuild DeepSpeed with the stack's ops prebuilt: `make venv STACK={stack_name}` or rebuild the image "
         f"(the build runs `zerokit ops-gate {stack_name}`); to add an op, list it in ds_ops of the stack file"
     )
+
+
+def load_fix(stack_name: str) -> str:
+    """A prebuilt op that does not load mostly lacks a library on this node, which no rebuild brings."""
+    return (
+        "install on this node the library the error names (libaio.so.1: the libaio1 package, libaio1t64 on "
+        f"Ubuntu 24.04) or add its folder to LD_LIBRARY_PATH; if the op itself is broken, {ops_fix(stack_name)}"
+    )
+
+
+def op_of(result: CheckResult) -> str | None:
+    """The op an op's row is about; None for any other row (DeepSpeed's import, the would-JIT list, other checks)."""
+    return result.name.removeprefix(OP_ROW) if result.name.startswith(OP_ROW) else None
 
 
 def check_ops(ctx: Context) -> list[CheckResult]:
@@ -32,9 +47,10 @@ def check_ops(ctx: Context) -> list[CheckResult]:
     for name in ctx.stack.ds_ops:
         status = check_op(name)
         if status.ok:
-            results.append(ok(f"op: {name}", status.detail))
+            results.append(ok(f"{OP_ROW}{name}", status.detail))
         else:
-            results.append(fail(f"op: {name}", f"{name}: {status.detail}", ops_fix(ctx.stack.name)))
+            fix = (load_fix if status.detail.startswith(LOAD_FAILURE) else ops_fix)(ctx.stack.name)
+            results.append(fail(f"{OP_ROW}{name}", f"{name}: {status.detail}", fix))
     return [*results, _would_jit(deepspeed, ctx.stack.ds_ops)]
 
 

@@ -40,11 +40,12 @@ def check_op(name: str) -> OpStatus:
         if DRIVER_LIBRARY in str(error) and not driver_present():
             # A GPU image built on a GPU-less machine: everything but the driver was resolved.
             return OpStatus(name, True, f"prebuilt; needs the NVIDIA driver ({DRIVER_LIBRARY}) to load, absent here")
-        return OpStatus(name, False, f"prebuilt but fails to load: {type(error).__name__}: {error}")
+        return OpStatus(name, False, f"{LOAD_FAILURE}: {type(error).__name__}: {error}")
     return OpStatus(name, True, "prebuilt and loads")
 
 
 DRIVER_LIBRARY = "libcuda.so.1"
+LOAD_FAILURE = "prebuilt but fails to load"  # how a status's detail starts when the op's library does not load
 
 
 def driver_present() -> bool:

@@ -23,7 +23,7 @@ from zerokit.launch import heartbeat
 from zerokit.launch.config import LaunchConfig, parse
 from zerokit.launch.execute import execute
 from zerokit.launch.head_restart import Replan, restarting_nodes
-from zerokit.launch.job_ops import check_job_ops
+from zerokit.launch.job_ops import check_job_ops, ops_loaded
 from zerokit.launch.nccl_plugin import check_nccl_plugin
 from zerokit.launch.plan import Plan, plan
 from zerokit.launch.preflight import preflight_failures, report, runs_preflight
@@ -88,9 +88,11 @@ def run(config: LaunchConfig) -> int:
     if the_plan.environment == "local":  # rank 0's rendezvous store listens here
         check_port_free(the_plan.main_port, PORT_FIX)
     if config.preflight and runs_preflight(the_plan):
-        check_job_ops(config.target, os.environ, read_prebuilt(), config.strict_ops)
+        prebuilt = read_prebuilt()
+        loaded = ops_loaded(config.target, os.environ, prebuilt)  # the job's config, read once
+        check_job_ops(loaded, prebuilt, config.strict_ops)
         check_nccl_plugin(config.nccl_plugin, {**os.environ, **the_plan.env})
-        failures = preflight_failures(the_plan, os.environ)
+        failures = preflight_failures(the_plan, os.environ, loaded)
         if failures:
             report(failures)
             return 1

@@ -1,6 +1,7 @@
 """doctor's checks that decide whether training can start on this node, run by `launch` before it.
 
-A failed check stops the launch with its fix, before the ranks start and time out on each other.
+A failed check stops the launch with its fix, before the ranks start and time out on each other; a failed
+DeepSpeed op stops only a job that loads it, and is a warning for any other (preflight_failures).
 Once per node: in per-rank mode only local rank 0 checks.
 
 Loading every DeepSpeed op (check_ops) is the one slow check (seconds: it imports DeepSpeed and
@@ -25,14 +26,23 @@ from pathlib import Path
 from zerokit.launch.plan import Plan
 
 
-def preflight_failures(plan: Plan, environ: Mapping[str, str]) -> list[str]:
-    """One line per failed check ("name: detail; fix: ..."); empty when training can start."""
+def preflight_failures(plan: Plan, environ: Mapping[str, str], loaded: Mapping[str, str] | None) -> list[str]:
+    """One line per failed check that refuses this job ("name: detail; fix: ..."); empty when training can start.
+
+    Preflight refuses only for what the job uses. A DeepSpeed op of the stack that fails (not prebuilt, or
+    prebuilt but failing to load: a library it links missing on this node) refuses a job whose DeepSpeed config
+    loads it (`loaded`: zerokit.launch.job_ops.ops_loaded) and is a warning on stderr for any other: a ZeRO-2
+    job must not be refused because async_io cannot find libaio. A job whose config launch cannot read (None: a
+    user's script without --deepspeed FILE, `train --config none`) is only warned too: refusing it would refuse
+    every such job for ops it may never load, and one that does load the op fails in DeepSpeed with the same
+    error, which the warning named first. DeepSpeed itself failing to import refuses every job.
+    """
     from zerokit.doctor.caches import check_caches
     from zerokit.doctor.checks import run_checks
     from zerokit.doctor.context import Context
     from zerokit.doctor.host import check_shm
     from zerokit.doctor.network import check_interface
-    from zerokit.doctor.ops import check_ops
+    from zerokit.doctor.ops import check_ops, op_of
     from zerokit.image.stack import environment_stack, load_stack
 
     context = Context(
@@ -52,7 +62,25 @@ def preflight_failures(plan: Plan, environ: Mapping[str, str]) -> list[str]:
     failed = [r for r in results if r.status == "fail"]
     if not ops_known_good and verdict is not None and not any(r.name.startswith("op") for r in failed):
         remember(verdict)
-    return [f"{r.name}: {r.detail}; fix: {r.fix}" for r in failed]
+    refusals = []
+    for result in failed:
+        op = op_of(result)
+        if op is None:
+            refusals.append(f"{result.name}: {result.detail}; fix: {result.fix}")
+        elif loaded is not None and op in loaded:
+            loads = f"the job's DeepSpeed config loads it ({loaded[op]})"
+            refusals.append(f"{result.name}: {result.detail}; {loads}; fix: {result.fix}")
+        else:
+            warning = f"{result.name}: {result.detail}; {spared(loaded)}; fix: {result.fix}"
+            print(f"launch: warning: {warning}", file=sys.stderr)
+    return refusals
+
+
+def spared(loaded: Mapping[str, str] | None) -> str:
+    """Why a failed op does not stop this job."""
+    if loaded is None:
+        return "starting anyway: the job names no DeepSpeed config launch can read (a rank that loads the op fails)"
+    return "starting anyway: the job's DeepSpeed config does not load it"
 
 
 def ops_verdict_file(stack: str, ops: tuple[str, ...], environ: Mapping[str, str]) -> Path | None:
