@@ -102,3 +102,29 @@ def test_rows_past_the_context_are_fitted_with_one_warning_or_refused(tmp_path: 
         "context of 64 tokens: pass --truncate left (keeps a prompt's last tokens), or prompts shorter than 64 tokens"
     ]
     assert not (tmp_path / "refused.jsonl").exists() and not (tmp_path / ".refused.jsonl.partial").exists()
+
+
+def test_a_prompts_line_that_is_not_utf8_is_named_and_the_others_answered(tmp_path: Path, zk_env, model: Path):
+    """A line with the bytes \\xff\\xfe among good ones: before, a UnicodeDecodeError traceback and no row answered.
+    Its row now holds the error (its line and byte, and the fix) in place of an answer, said once on stderr, and
+    the others are answered; once the file is converted, --resume answers that row alone."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_bytes(b"the cat sat\ncount : \xff\xfe five\nthe old\n")
+    output = tmp_path / "out.jsonl"
+    argv = ["generate", str(model), "--prompts-file", str(prompts), "--max-new-tokens", "4", "--output", str(output)]
+    result = run_zerokit(argv, zk_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    place = f"{prompts} is not UTF-8 at line 2, byte 8 (byte 20 of the file: 0xff): convert it to UTF-8: iconv -f"
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "(row 1)" in warnings[0] and place in warnings[0], result.stderr
+    written = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [row["row"] for row in written] == [0, 1, 2]
+    assert written[1]["error"].startswith(place) and "completion" not in written[1]
+    assert written[0]["completion"] and written[2]["completion"]
+
+    prompts.write_bytes(b"the cat sat\ncount : five\nthe old\n")  # converted
+    resumed = run_zerokit([*argv, "--resume"], zk_env)
+    assert resumed.returncode == 0 and "warning" not in resumed.stderr, resumed.stderr[-3000:]
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [row["row"] for row in rows] == [0, 1, 2] and rows[0] == written[0] and rows[2] == written[2]
+    assert rows[1]["prompt"] == "count : five" and "error" not in rows[1] and rows[1]["completion"]

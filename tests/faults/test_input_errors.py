@@ -83,6 +83,22 @@ def test_train_refuses_a_config_that_sets_tensor_parallelism_itself(tmp_path: Pa
     assert says in line
 
 
+def test_train_refuses_a_misspelt_deepspeed_config_before_any_rank_starts(tmp_path: Path, zk_env):
+    """`"zero_optimisation"`: before, the job started and rank 0 died in deepspeed.initialize ("Please specify the
+    ZeRO optimization config"). Now one line names the key and the nearest DeepSpeed reads, before the ranks of
+    --nproc-per-node start (DeepSpeed's own keys: it is imported for them, so after the checks without torch)."""
+    from zerokit.foundations.packages import installed_version
+
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"zero_optimisation": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto"}))
+    result = run_zerokit(train(tmp_path / "out", "--config", str(config), "--nproc-per-node", "2"), zk_env)
+    assert one_line_error(result) == (
+        f"error: DeepSpeed config {config}: unknown key zero_optimisation: did you mean zero_optimization? "
+        f"(DeepSpeed {installed_version('deepspeed')} has no such key)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_train_refuses_empty_and_binary_datasets_before_torch(tmp_path: Path, no_torch_env):
     empty = tmp_path / "empty.txt"
     empty.write_text("")

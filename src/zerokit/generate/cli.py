@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -15,10 +16,10 @@ from zerokit.generate.context import fit_to_model
 from zerokit.generate.engine import BatchResult, Sampling, run_batch
 from zerokit.generate.loading import Placement, config_source, input_device, load_model, model_to_load
 from zerokit.generate.options import GenerateFlags, parse
-from zerokit.generate.prompts import Row, chat_prompts, read_rows
+from zerokit.generate.prompts import Row, chat_prompts, read_rows, unanswered_line
 from zerokit.generate.ranks import Ranks, alike_on_every_rank, start
 from zerokit.generate.report import Report, peak_memory
-from zerokit.generate.writing import ROW_ID, FileRows, StdoutRows
+from zerokit.generate.writing import ERROR, ROW_ID, FileRows, StdoutRows
 from zerokit.sources.model_source import is_path, require_model_folder, require_tokenizer_folder
 
 
@@ -51,11 +52,16 @@ def run(argv: list[str]) -> int:
     def open_output() -> list[int]:
         output = options.output
         sink.append(FileRows(output, resume=options.resume, overwrite=options.overwrite) if output else StdoutRows())
-        check_done(sink[0].done, rows, sink[0].where)
-        return sorted(sink[0].done)
+        answered = {index: row for index, row in sink[0].done.items() if ERROR not in row}  # the others: again
+        check_done(answered, rows, sink[0].where)
+        return sorted(answered)
 
     done = set(ranks.agree(open_output))
-    pending = [row for row in rows if row.index not in done]
+    unanswered = [row for row in rows if row.index not in done and row.error]
+    pending = [row for row in rows if row.index not in done and not row.error]
+    if ranks.writer and unanswered:
+        sink[0].write([{ROW_ID: row.index, "prompt": row.prompt, ERROR: row.error} for row in unanswered])
+        print(f"generate: warning: {unanswered_line(unanswered)}", file=sys.stderr)
     report = Report(ranks.world_size, options.tp_size, resumed_rows=len(done))
     if pending:
         generate_rows(options, model, pending, ranks, sink, report)

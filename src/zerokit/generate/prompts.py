@@ -3,6 +3,10 @@ fails here in one line, not after minutes of loading.
 
 Each row has an id, its index in the input (prompts of --prompt, then --prompts-file, then --jsonl, then
 --dataset), which every output row records: `--resume` matches rows by it, and ranks split rows by it.
+
+A line of --prompts-file that is not UTF-8 does not end the run: its row carries the error (where the line stops
+being UTF-8, and the fix), is written as it is, with no answer, and is said once on stderr; the other rows are
+answered. --jsonl and --dataset rows are JSON or CSV, so such a file is refused, in one line naming the byte.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ import random
 from dataclasses import dataclass, field
 
 from zerokit.foundations.errors import UserError
+from zerokit.foundations.utf8 import iconv_fix
 from zerokit.generate.options import GenerateFlags
-from zerokit.generate.sources import records
+from zerokit.generate.sources import records, text_lines
 
 ROW_LIMIT_FIELD = "max_new_tokens"  # a row's own limit on new tokens, over --max-new-tokens
+NAMED = 5  # row ids a warning names before "..."
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,7 @@ class Row:
     max_new_tokens: int
     fields: dict = field(default_factory=dict)  # the row's own fields, kept in its output row
     prompt_tokens: int | None = None  # the prompt's last tokens kept, where cut to fit the context (context.py)
+    error: str | None = None  # why the row has no answer (its line is not UTF-8): written so, never generated
 
 
 def read_rows(options: GenerateFlags) -> list[Row]:
@@ -36,9 +43,13 @@ def read_rows(options: GenerateFlags) -> list[Row]:
     if options.template and not (options.jsonl or options.dataset):
         raise UserError("--template fills prompts from --jsonl rows (or --dataset rows): pass --jsonl or --dataset")
     sources: list[tuple[str, dict | None, str | None]] = [("--prompt", None, p) for p in options.prompt]
+    errors: dict[int, str] = {}  # by the row's index: why it has no answer
     if options.prompts_file:
-        lines = options.prompts_file.read_text().splitlines()
-        sources += [(f"{options.prompts_file}:{n}", None, line) for n, line in enumerate(lines, 1) if line.strip()]
+        prompts = options.prompts_file
+        for line in filter(lambda line: line.text.strip(), text_lines(prompts)):
+            if line.bad is not None:
+                errors[len(sources)] = f"{prompts} is not UTF-8 at {line.bad}: {iconv_fix(prompts)}"
+            sources.append((f"{prompts}:{line.number}", None, line.text))
     for path, flag in ((options.jsonl, "--jsonl"), (options.dataset, "--dataset")):
         if path:
             sources += [(where, row, None) for where, row in records(path, options.split, flag)]
@@ -52,10 +63,19 @@ def read_rows(options: GenerateFlags) -> list[Row]:
     for index in indices:
         where, fields, text = sources[index]
         if fields is None:
-            rows.append(Row(index, text or "", options.max_new_tokens))
+            rows.append(Row(index, text or "", options.max_new_tokens, error=errors.get(index)))
         else:
             rows.append(Row(index, fill(template, fields, where), row_limit(fields, where, options), fields))
     return rows
+
+
+def unanswered_line(rows: list[Row]) -> str:
+    """One line for the rows that have no answer: which, the first one's error (with the fix), what then."""
+    ids = ", ".join(str(row.index) for row in rows[:NAMED]) + (", ..." if len(rows) > NAMED else "")
+    return (
+        f"{len(rows)} row(s) written with an error instead of an answer (row {ids}): {rows[0].error}; then run "
+        "again with --resume to answer them"
+    )
 
 
 def fill(template: str, row: dict, where: str) -> str:

@@ -22,6 +22,7 @@ from zerokit.foundations.files import write_atomically
 from zerokit.outputs.ownership import check_writable, take_lock
 
 ROW_ID = "row"  # the field of an output row that holds its id: its index in the input
+ERROR = "error"  # the field of an output row that has no answer: why (zerokit.generate.prompts.Row.error)
 
 
 class StdoutRows:
@@ -78,7 +79,8 @@ class FileRows:
         if self.handle is not None:
             self.handle.close()
         rows = list(read_done(self.partial).values())
-        if [row[ROW_ID] for row in rows] != sorted(row[ROW_ID] for row in rows):
+        rewritten = self.partial.read_bytes().count(b"\n") > len(rows)  # a row without an answer, answered later
+        if rewritten or [row[ROW_ID] for row in rows] != sorted(row[ROW_ID] for row in rows):
             rows.sort(key=lambda row: row[ROW_ID])
             write_atomically(self.partial, "".join(json.dumps(row) + "\n" for row in rows))
         os.replace(self.partial, self.output)

@@ -1,14 +1,17 @@
 """The DeepSpeed ops the job's config needs that this install has not prebuilt, named before any rank starts.
 
 A rank that loads such an op compiles it (JIT) on every node at start: minutes, and it fails offline or
-without a compiler. launch's preflight reads the job's DeepSpeed config (zerokit.sources.ds_ops says what it
-needs) and the install's prebuilt ops (zerokit.image.ds_install), and names the difference in one line: a
-warning, or with `--strict-ops` a refusal (exit 2), nothing started.
+without a compiler. launch's preflight reads the job's DeepSpeed config once (`ops_loaded`:
+zerokit.sources.ds_ops says what it loads) and compares it with the install's prebuilt ops
+(zerokit.image.ds_install), naming the difference in one line: a warning, or with `--strict-ops` a refusal
+(exit 2), nothing started. The same ops decide which of doctor's failed op checks refuse the job
+(zerokit.launch.preflight).
 
 The config is the one the launched command names: `train --config NAME|FILE` (else ZEROKIT_CONFIG, else train's
 default; `none`: no DeepSpeed), or any other command's `--deepspeed_config FILE` (DeepSpeed's own flag) or
-`--deepspeed FILE` (HF's TrainingArguments). One that does not exist or is not JSON is left to the command,
-which reports it.
+`--deepspeed FILE` (HF's TrainingArguments). train's is checked as train checks it (zerokit.sources.ds_config_check:
+a missing file, bad JSON, a misspelt key, a wrong value), so launch refuses it here, before any rank starts; a
+script's that does not exist or is not JSON is left to the script, which reports it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import flag_value
 from zerokit.image.ds_install import Prebuilt
+from zerokit.sources.ds_config_check import check_ds_config
 from zerokit.sources.ds_configs import DEFAULT_CONFIG, resolve_ds_config
 from zerokit.sources.ds_ops import ops_needed
 
@@ -29,15 +33,16 @@ SCRIPT_FLAGS = ("--deepspeed_config", "--deepspeed")  # DeepSpeed's `--deepspeed
 
 
 def job_ds_config(argv: Sequence[str], environ: Mapping[str, str]) -> dict | None:
-    """The DeepSpeed config the command runs with; None for none, or one it cannot read (it says why)."""
+    """The DeepSpeed config the command runs with; None for none, or a script's it cannot read (it says why).
+    One train would refuse raises UserError."""
     words = list(argv)
     if tuple(words[1:4]) == TRAIN:
         name = flag_value(words[4:], "--config") or environ.get("ZEROKIT_CONFIG") or DEFAULT_CONFIG
-        try:
-            path = resolve_ds_config(name)
-        except UserError:
+        path = resolve_ds_config(name)
+        if path is None:
             return None
-        return read_config(path) if path else None
+        check_ds_config(path)
+        return read_config(path)
     for flag in SCRIPT_FLAGS:
         value = flag_value(words, flag)
         if value and not value.startswith("-") and (config := read_config(Path(value))) is not None:
@@ -53,10 +58,12 @@ def read_config(path: Path) -> dict | None:
     return config if isinstance(config, dict) else None
 
 
-def unbuilt_ops(config: dict, prebuilt: Prebuilt, environ: Mapping[str, str]) -> dict[str, str]:
-    """op -> why, for each op the config needs that is not prebuilt (DS_ACCELERATOR overrides the install's)."""
-    accelerator = environ.get("DS_ACCELERATOR") or prebuilt.accelerator
-    return {op: why for op, why in ops_needed(config, accelerator).items() if not prebuilt.ops.get(op, False)}
+def ops_loaded(target: Sequence[str], environ: Mapping[str, str], prebuilt: Prebuilt | None) -> dict[str, str] | None:
+    """op -> why, for each op the job's DeepSpeed config makes a rank load (DS_ACCELERATOR overrides the install's
+    accelerator); None when that is not known: no DeepSpeed installed, or no config the job names that can be read."""
+    if prebuilt is None or (config := job_ds_config(target, environ)) is None:
+        return None
+    return ops_needed(config, environ.get("DS_ACCELERATOR") or prebuilt.accelerator)
 
 
 def unbuilt_line(missing: Mapping[str, str]) -> str:
@@ -71,16 +78,13 @@ def unbuilt_line(missing: Mapping[str, str]) -> str:
     )
 
 
-def check_job_ops(
-    target: Sequence[str], environ: Mapping[str, str], prebuilt: Prebuilt | None, strict: bool
-) -> dict[str, str]:
-    """Warn on stderr about the ops the job needs and this install lacks, or with `strict` raise UserError.
-
-    Returns those ops; none when DeepSpeed is not installed (doctor's check names that) or the job has no config.
-    """
-    if prebuilt is None or (config := job_ds_config(target, environ)) is None:
+def check_job_ops(loaded: Mapping[str, str] | None, prebuilt: Prebuilt | None, strict: bool) -> dict[str, str]:
+    """Warn on stderr about the ops the job loads (`ops_loaded`) and this install lacks, or with `strict` raise
+    UserError. Returns those ops; none when DeepSpeed is not installed (doctor's check names that) or the job has
+    no config."""
+    if prebuilt is None or not loaded:
         return {}
-    missing = unbuilt_ops(config, prebuilt, environ)
+    missing = {op: why for op, why in loaded.items() if not prebuilt.ops.get(op, False)}
     if missing and strict:
         raise UserError(f"{unbuilt_line(missing)}; not starting (--strict-ops)")
     if missing:

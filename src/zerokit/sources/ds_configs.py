@@ -10,8 +10,9 @@ from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.paths import CONFIGS_DIR
+from zerokit.foundations.utf8 import bad_byte, iconv_fix
 
-__all__ = ["CONFIGS_DIR", "DEFAULT_CONFIG", "bundled", "resolve_ds_config"]
+__all__ = ["CONFIGS_DIR", "DEFAULT_CONFIG", "bundled", "is_bundled", "read_ds_config", "resolve_ds_config"]
 
 # train's --config when none is given (launch reads it too, to name the ops a train job needs).
 DEFAULT_CONFIG = "zero2"
@@ -32,13 +33,33 @@ def resolve_ds_config(name: str) -> Path | None:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in CONFIGS_DIR.glob("*.json")))
         raise UserError(f"DeepSpeed config not found: {name} (give a JSON file or one of: {known})")
+    read_ds_config(path)
+    return path.resolve()
+
+
+def is_bundled(path: Path) -> bool:
+    """Whether path is one of configs/ (checked against DeepSpeed by zerokit's tests, not at each start)."""
+    return path.resolve().parent == CONFIGS_DIR.resolve()
+
+
+def read_ds_config(path: Path) -> dict:
+    """The config in path; a file that is not UTF-8 JSON holding one object is refused in one line."""
+    data = path.read_bytes()
     try:
-        config = json.loads(path.read_text())
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(
+            f"DeepSpeed config {path} is not UTF-8 at {bad_byte(data, error.start)}: {iconv_fix(path)}"
+        ) from None
+    try:
+        config = json.loads(text)
     except json.JSONDecodeError as error:
         raise UserError(
             f"DeepSpeed config {path} is not valid JSON (line {error.lineno}: {error.msg}); "
             "fix the file or pick a bundled one (--config zero1|zero2|zero3|zero3-offload)"
         ) from None
+    except (ValueError, RecursionError) as error:  # a number past Python's digit limit; arrays nested too deep
+        raise UserError(f"DeepSpeed config {path} cannot be read as JSON ({error}): fix the file") from None
     if not isinstance(config, dict):
         raise UserError(f"DeepSpeed config {path} must be a JSON object with a zero_optimization section")
-    return path.resolve()
+    return config

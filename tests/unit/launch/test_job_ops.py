@@ -12,7 +12,7 @@ from tests.conftest import run_zerokit
 from zerokit.foundations.errors import UserError
 from zerokit.image.ds_install import Prebuilt, read_prebuilt
 from zerokit.launch.config import parse
-from zerokit.launch.job_ops import check_job_ops, job_ds_config
+from zerokit.launch.job_ops import check_job_ops, job_ds_config, ops_loaded
 from zerokit.launch.plan import plan
 from zerokit.sources.ds_configs import bundled
 
@@ -21,6 +21,11 @@ TRAIN = (PY, "-m", "zerokit", "train")
 SCRIPT = (PY, "-m", "zerokit.launch.rank.user_script", "fit.py")
 LION = {"optimizer": {"type": "Lion", "params": {"lr": 1e-4}}, "zero_optimization": {"stage": 2}}
 CPU_IMAGE = Prebuilt("cpu", {"cpu_adam": True, "cpu_lion": True, "fused_adam": True, "async_io": True})
+
+
+def checked(target: tuple[str, ...], environ: dict[str, str], prebuilt: Prebuilt | None, strict: bool) -> dict:
+    """launch's order: the job's ops read once from its config, then compared with the install's."""
+    return check_job_ops(ops_loaded(target, environ, prebuilt), prebuilt, strict)
 
 
 def write(folder: Path, config: dict, name: str = "ds.json") -> str:
@@ -37,7 +42,11 @@ def test_train_uses_its_config_flag_then_zerokit_config_then_its_default(tmp_pat
     assert job_ds_config(TRAIN, {}) == json.loads(bundled("zero2").read_text())
     assert job_ds_config((*TRAIN, "--config", write(tmp_path, LION)), {"ZEROKIT_CONFIG": "zero3"}) == LION
     assert job_ds_config((*TRAIN, "--config", "none"), {}) is None
-    assert job_ds_config((*TRAIN, "--config", "zero9"), {}) is None  # train reports it
+    with pytest.raises(UserError, match="DeepSpeed config not found: zero9"):  # refused before any rank starts
+        job_ds_config((*TRAIN, "--config", "zero9"), {})
+    typo = write(tmp_path, {"zero_optimisation": {"stage": 2}}, "typo.json")
+    with pytest.raises(UserError, match="unknown key zero_optimisation: did you mean zero_optimization"):
+        job_ds_config((*TRAIN, "--config", typo), {})
 
 
 def test_a_script_names_its_config_with_hfs_or_deepspeeds_flag(tmp_path):
@@ -55,12 +64,12 @@ def test_a_config_that_cannot_be_read_says_nothing(tmp_path):
     (tmp_path / "list.json").write_text("[1]")
     for name in ("missing.json", "broken.json", "list.json"):
         assert job_ds_config((*SCRIPT, "--deepspeed", str(tmp_path / name)), {}) is None
-    assert check_job_ops((*SCRIPT, "--deepspeed", str(tmp_path / "broken.json")), {}, CPU_IMAGE, True) == {}
+    assert checked((*SCRIPT, "--deepspeed", str(tmp_path / "broken.json")), {}, CPU_IMAGE, True) == {}
 
 
 def test_an_op_not_prebuilt_is_a_warning_by_default(tmp_path, capsys):
     target = (*SCRIPT, "--deepspeed", write(tmp_path, LION))
-    assert check_job_ops(target, {}, CPU_IMAGE, False) == {
+    assert checked(target, {}, CPU_IMAGE, False) == {
         "fused_lion": "the config's optimizer Lion; DeepSpeed's cpu accelerator has none"
     }
     (line,) = capsys.readouterr().err.splitlines()
@@ -74,7 +83,7 @@ def test_strict_ops_refuses_in_one_line_naming_every_op(tmp_path):
     target = (*SCRIPT, "--deepspeed", write(tmp_path, lamb))
     cuda = Prebuilt("cuda", {"fused_adam": True, "fused_lamb": False, "async_io": False})
     with pytest.raises(UserError) as refusal:
-        check_job_ops(target, {}, cuda, True)
+        checked(target, {}, cuda, True)
     message = str(refusal.value)
     assert "\n" not in message
     assert message.startswith(
@@ -86,9 +95,9 @@ def test_strict_ops_refuses_in_one_line_naming_every_op(tmp_path):
 
 def test_prebuilt_ops_no_deepspeed_or_no_config_pass_quietly(tmp_path, capsys):
     adam = (*SCRIPT, "--deepspeed", write(tmp_path, {"optimizer": {"type": "AdamW"}}))
-    assert check_job_ops(adam, {}, CPU_IMAGE, True) == {}
-    assert check_job_ops((*SCRIPT, "--deepspeed", write(tmp_path, LION)), {}, None, True) == {}
-    assert check_job_ops(("sh", "-c", "true"), {}, CPU_IMAGE, True) == {}
+    assert checked(adam, {}, CPU_IMAGE, True) == {}
+    assert checked((*SCRIPT, "--deepspeed", write(tmp_path, LION)), {}, None, True) == {}
+    assert checked(("sh", "-c", "true"), {}, CPU_IMAGE, True) == {}
     assert capsys.readouterr().err == ""
 
 
@@ -96,8 +105,8 @@ def test_ds_accelerator_picks_the_builders(tmp_path):
     """A cuda build run with DS_ACCELERATOR=cpu resolves ops as the CPU accelerator does."""
     target = (*SCRIPT, "--deepspeed", write(tmp_path, LION))
     cuda = Prebuilt("cuda", {"fused_lion": False})
-    assert check_job_ops(target, {}, cuda, False) == {"fused_lion": "the config's optimizer Lion"}
-    (why,) = check_job_ops(target, {"DS_ACCELERATOR": "cpu"}, cuda, False).values()
+    assert checked(target, {}, cuda, False) == {"fused_lion": "the config's optimizer Lion"}
+    (why,) = checked(target, {"DS_ACCELERATOR": "cpu"}, cuda, False).values()
     assert why.endswith("DeepSpeed's cpu accelerator has none")
 
 

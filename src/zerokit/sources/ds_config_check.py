@@ -1,0 +1,123 @@
+"""A user's DeepSpeed config checked before any rank starts, against the installed DeepSpeed's own keys and models.
+
+Unchecked, a typo is named by nothing: `"zero_optimisation"` ends rank 0 in deepspeed.initialize ("Please specify
+the ZeRO optimization config"), `"gradient_cliping"` is ignored, `"offload_optimiser"` is a pydantic
+ValidationError on every rank after start-up. Here each is one line naming the file and the key's path:
+
+- a key DeepSpeed does not read there (zerokit.sources.ds_config_keys), with the nearest one it does; a key it
+  removed, with DeepSpeed's own reason;
+- a section that is not a JSON object;
+- "auto" where neither Hugging Face's Trainer (zerokit.sources.hf_autos) nor DeepSpeed fills it;
+- a value the pydantic model DeepSpeed reads its section with refuses (validated by that model, which leaves
+  "auto" values out, as DeepSpeed does: the Trainer fills those with values of their type).
+
+A bundled config (configs/) is not checked at each start: importing DeepSpeed costs seconds, and
+tests/unit/test_ds_config_check.py checks those.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import reprlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from zerokit.foundations.errors import UserError
+from zerokit.foundations.packages import installed_version
+from zerokit.sources.ds_config_keys import Section, known_keys, removed_keys
+from zerokit.sources.ds_configs import is_bundled, read_ds_config
+from zerokit.sources.hf_autos import hf_filled_keys
+
+AUTO = "auto"
+SHOWN = 60  # characters of a key or value said in an error
+UNFILLED = 'is "auto", which neither Hugging Face\'s Trainer nor DeepSpeed fills: give it a value, or leave it out'
+
+KeyPath = tuple[str, ...]  # a key's path: ("zero_optimization", "offload_optimizer")
+Problem = tuple[KeyPath, str]  # where, and what is wrong there
+
+
+def check_ds_config(path: Path) -> None:
+    """Refuse, in one line, a config DeepSpeed or the Trainer would refuse or misread once the ranks start."""
+    if is_bundled(path):
+        return
+    problems = config_problems(read_ds_config(path), known_keys(), hf_filled_keys())
+    if problems:
+        others = ", ".join(shown(where) for where, _ in problems[1:])
+        more = f" (and {len(problems) - 1} more: {one_line(others)[:120]})" if others else ""
+        raise UserError(f"DeepSpeed config {path}: {one_line(problems[0][1])}{more}")
+
+
+def config_problems(config: dict, keys: Section, filled: frozenset[str]) -> list[Problem]:
+    """What is wrong with config, first the keys (and "auto"), then, when the keys are right, the values."""
+    return list(key_problems(config, keys, (), filled)) or list(value_problems(config, keys, ()))
+
+
+def key_problems(config: dict, section: Section, path: KeyPath, filled: frozenset[str]) -> Iterator[Problem]:
+    for key, value in config.items():
+        at = (*path, key)
+        if key not in section.keys and not section.any_key:
+            yield at, unknown_key(at, section)
+        elif value == AUTO:
+            if ".".join(at) not in filled and key not in section.auto_keys:
+                yield at, f"{shown(at)} {UNFILLED}"
+        elif (inner := section.keys.get(key)) is not None:
+            if isinstance(value, dict):
+                yield from key_problems(value, inner, at, filled)
+            else:
+                yield at, f"{shown(at)} must be a JSON object of {shown(at)} keys, not {json_type(value)}"
+
+
+def unknown_key(path: KeyPath, section: Section) -> str:
+    if len(path) == 1 and path[0] in removed_keys():
+        return f"{shown(path)}: {removed_keys()[path[0]]}"
+    close = difflib.get_close_matches(path[-1], list(section.keys), n=1)
+    fix = f"did you mean {shown((*path[:-1], close[0]))}?" if close else "remove it"
+    return f"unknown key {shown(path)}: {fix} (DeepSpeed {installed_version('deepspeed')} has no such key)"
+
+
+def value_problems(config: dict, section: Section, path: KeyPath) -> Iterator[Problem]:
+    """Each section DeepSpeed reads with a pydantic model, validated by it; the keys are known to be right."""
+    for key, inner in section.keys.items():
+        value = config.get(key)
+        if inner is None or not isinstance(value, dict):
+            continue
+        if inner.model is None:
+            yield from value_problems(value, inner, (*path, key))
+        elif (problem := refused_value(inner.model, value, (*path, key))) is not None:
+            yield (*path, key), problem
+
+
+def refused_value(model: type, values: dict, path: KeyPath) -> str | None:
+    import pydantic
+
+    try:
+        model(**values)
+    except pydantic.ValidationError as error:
+        detail = error.errors()[0]
+        where = (*path, *map(str, detail["loc"]))
+        got = f" (got {brief(detail['input'])})" if detail["loc"] else ""
+        return f"{shown(where)}: {detail['msg']}{got}"
+    except (ValueError, AssertionError, TypeError) as error:  # DeepSpeed's checks after pydantic's
+        return f"{shown(path)}: {error}"
+    return None
+
+
+def shown(path: KeyPath) -> str:
+    """A key's path as the user wrote it, dotted; a key with odd characters quoted, a long one cut."""
+    keys = (key if key.isprintable() else json.dumps(key) for key in path)
+    return ".".join(key if len(key) <= SHOWN else f"{key[:SHOWN]}..." for key in keys)
+
+
+def brief(value: object) -> str:
+    text = reprlib.repr(value)  # a few levels and items of a value nested deep or long
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}..."
+
+
+def json_type(value: object) -> str:
+    names = {str: "a string", bool: "true or false", int: "a number", float: "a number", list: "a list"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
