@@ -1,8 +1,10 @@
 """zerokit-run.json on a real run: every field filled, in the output folder and each checkpoint, the
 resume chain, no secret; `doctor --against` it passes here and names planted differences (another
-DeepSpeed config value, another lock, another NCCL setting), one line each.
+DeepSpeed config value, another lock, another NCCL setting), one line each. A resume into the run as another model
+is refused in one line before anything is written: every byte of the folder, its records too, stays.
 
-Two short 2-rank ZeRO-3 runs on CPU (the second resumes the first) and three doctor runs: about 1.5 min.
+Two short 2-rank ZeRO-3 runs on CPU (the second resumes the first), three doctor runs and a refused resume: about
+2 min.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, isolated_env, run_zerokit
+from zerokit.foundations.files import sha256_file
 from zerokit.outputs.checkpoints import SIZES_NAME, damage
 from zerokit.outputs.ownership import read_record
 
 SECRET = "hf_provenanceTestMarker123"
+TINY_LLAMA = "hidden_size=64,intermediate_size=128,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2"
 
 
 def train(output: Path, config: Path, env: dict[str, str], steps: int, *extra: str):
@@ -73,6 +77,7 @@ def test_the_record_holds_every_field_with_real_values(run):
     assert launcher["world_size"] == 2 and launcher["hosts"] and launcher["scheduler"] and launcher["interface"]
     assert "--max_steps" in record["argv"] and "6" in record["argv"]
     assert record["started_at"] < record["ended_at"] and record["final_step"] == 6
+    assert record["precision"] == "fp32"  # a CPU run
     assert record["environment"]["NCCL_DEBUG"] == "WARN"
     ds = record["deepspeed"]
     assert ds["file"] == str(config.resolve()) and ds["still_auto"] == []
@@ -93,6 +98,8 @@ def test_each_checkpoint_carries_the_record_and_its_resume_chain(run):
     assert link["checkpoint"] == str((output / "checkpoint-4").resolve()) and link["step"] == 4
     assert link["run_started_at"] == env["_first_started_at"]
     assert "zerokit-run.json" in read_record(output).owned  # --overwrite removes it with the run's files
+    (earlier,) = json.loads((output / "zerokit-run.json").read_text())["earlier_runs"]  # the first run's, kept
+    assert earlier["started_at"] == env["_first_started_at"] and earlier["final_step"] == 4
 
 
 def test_doctor_against_the_record_passes_here_and_names_planted_differences(run, tmp_path: Path):
@@ -124,3 +131,25 @@ def test_doctor_against_the_record_passes_here_and_names_planted_differences(run
     assert any(line.startswith("differs: lock sha256: ") for line in lines), other.stdout
     assert "differs: environment NCCL_DEBUG: WARN in the record, INFO now" in lines
     assert other.stdout.splitlines()[-1].endswith(f"{len(lines)} differences")
+
+
+def tree(folder: Path) -> dict[str, str]:
+    """Every path under folder, each file's as its sha256 (a folder's as "")."""
+    return {str(p.relative_to(folder)): sha256_file(p) if p.is_file() else "" for p in sorted(folder.rglob("*"))}
+
+
+def test_a_resume_into_another_models_run_is_refused_in_one_line_and_leaves_every_byte(run, tmp_path: Path):
+    output, _, env = run
+    env = {k: v for k, v in env.items() if not k.startswith("_")}
+    folder = shutil.copytree(output, tmp_path / "run", symlinks=True)
+    before = tree(folder)
+    argv = ["train", "--config", "zero3", "--nproc-per-node", "2", "--output-dir", str(folder), "--resume", "auto",
+            "--model-type", "llama", "--config-overrides", TINY_LLAMA, "--max_steps", "8"]  # fmt: skip
+    result = run_zerokit(argv, env, timeout=300)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    refused = f"checkpoint {folder / 'checkpoint-6'} holds a gpt2 (GPT2LMHeadModel) model, this run's is a llama "
+    assert refused in errors[0]
+    assert "another --output-dir" in errors[0] and "--overwrite" in errors[0]
+    assert tree(folder) == before  # its records (zerokit-run.json, .zerokit-output.json) too

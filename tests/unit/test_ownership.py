@@ -46,6 +46,15 @@ def test_a_resumed_run_keeps_the_foreign_list(tmp_path: Path):
     assert record.foreign == ["checkpoint-9"] and not record.finished
 
 
+def test_a_resumed_claim_leaves_the_record_as_the_last_run_wrote_it_until_the_run_has_started(tmp_path: Path):
+    ownership.finish(tmp_path, ownership.begin(tmp_path, "train", replace=False))
+    finished = (tmp_path / ownership.RECORD_NAME).read_bytes()
+    record = ownership.begin(tmp_path, "train", replace=False)  # --resume: a run that may yet fail to load
+    assert not record.finished and (tmp_path / ownership.RECORD_NAME).read_bytes() == finished
+    ownership.started(tmp_path, record)
+    assert not ownership.read_record(tmp_path).finished
+
+
 def test_damaged_record_is_one_line(tmp_path: Path):
     write(tmp_path / ownership.RECORD_NAME, "{not json")
     with pytest.raises(UserError, match=r"is damaged.*remove it"):

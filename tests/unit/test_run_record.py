@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from zerokit.doctor.against import compare, read_run_record
 from zerokit.foundations.errors import UserError
 from zerokit.image.provenance import RECORD_NAME, jsonable, recorded_environment, redacted_argv, sif_source
+from zerokit.outputs import ownership
 from zerokit.outputs.checkpoints import SIZES_NAME, damage, record_sizes
-from zerokit.train.callbacks.run_record import add_to_sizes, deepspeed_section, resume_chain, write_record
+from zerokit.train.callbacks.run_record import RunRecorder, add_to_sizes, deepspeed_section, resume_chain, write_record
+from zerokit.train.options import TrainFlags
 
 
 def test_the_environment_keeps_what_shapes_a_run_and_never_a_secret():
@@ -52,6 +55,29 @@ def test_a_resumed_run_names_its_checkpoint_then_that_checkpoints_own_chain(tmp_
     bare = tmp_path / "checkpoint-2"
     bare.mkdir()
     assert resume_chain(bare) == [{"checkpoint": str(bare.resolve()), "step": 2, "record": None}]
+
+
+def test_the_folder_keeps_the_last_runs_records_until_this_run_has_stepped_then_its_history(tmp_path: Path):
+    last = {"started_at": "t1", "ended_at": "t2", "final_step": 4, "argv": ["train"], "environment": {},
+            "earlier_runs": [{"started_at": "t0"}]}  # fmt: skip
+    write_record(tmp_path / RECORD_NAME, last)
+    ownership.finish(tmp_path, ownership.begin(tmp_path, "train", replace=False))
+    before = {name: (tmp_path / name).read_bytes() for name in (RECORD_NAME, ownership.RECORD_NAME)}
+    claim = ownership.begin(tmp_path, "train", replace=False)  # a resume
+    recorder = RunRecorder(TrainFlags(output_dir=tmp_path), resume=None, rank=0, layout={"dp_size": 1}, claim=claim)
+    args = SimpleNamespace(per_device_train_batch_size=8, gradient_accumulation_steps=1, deepspeed=None, bf16=True)
+    recorder.on_init_end(args, None, None)
+    recorder.on_train_begin(args, None, None)  # a load that fails comes after this
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    recorder.on_step_end(args, SimpleNamespace(global_step=5), None)
+    record = json.loads((tmp_path / RECORD_NAME).read_text())
+    assert record["precision"] == "bf16" and record["started_at"] != "t1"
+    assert record["earlier_runs"] == [
+        {"started_at": "t1", "ended_at": "t2", "final_step": 4, "argv": ["train"], "zerokit": None,
+         "parallelism": None, "precision": None},
+        {"started_at": "t0"},
+    ]  # fmt: skip
+    assert not ownership.read_record(tmp_path).finished  # what it writes from now on is its own
 
 
 def test_the_record_added_to_a_published_checkpoint_is_covered_by_its_damage_check(tmp_path: Path):

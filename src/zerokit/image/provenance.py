@@ -41,7 +41,7 @@ RECORDED_PREFIXES = (
 RECORDED_NAMES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LD_PRELOAD", "PYTHONHASHSEED")
 # Never recorded, whatever the prefix: a record is shared with results.
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-# Set for each run by the launcher, by train itself (zerokit.launch.plan and .stall, zerokit.train.offline) or by the
+# Set for each run by the launcher, by train itself (zerokit.launch.plan and .stall, zerokit.sources.offline) or by the
 # libraries it imports before starting ranks (torch, accelerate and DeepSpeed set the NVML one): recorded,
 # compared only when set now too (doctor runs outside the job, where none of them has set them yet).
 RUN_SET_NAMES = (

@@ -183,21 +183,29 @@ def begin(folder: Path, command: str, *, replace: bool) -> OutputRecord:
     """Claim folder for a run of command; with replace, first remove what an earlier run wrote.
 
     A folder already claimed and not replaced (a resumed run) keeps its record: the entries
-    that were foreign stay foreign for the whole chain of resumed runs.
+    that were foreign stay foreign for the whole chain of resumed runs. Its file keeps the last
+    run's words until this run has started (`started`): a resume that fails first (a checkpoint
+    that does not load) leaves the folder as it was.
     """
     folder.mkdir(parents=True, exist_ok=True)
     record = read_record(folder)
+    if record is not None and not replace:
+        return OutputRecord(command=record.command, foreign=record.foreign)
     if replace:
         for name in written_by_earlier_run(folder, record):
             remove(folder / name)
         foreign = sorted(entries(folder)) if record is None else [n for n in record.foreign if (folder / n).exists()]
         record = OutputRecord(command=command, foreign=foreign)
-    elif record is None:
-        record = OutputRecord(command=command, foreign=sorted(entries(folder)))
     else:
-        record.status, record.owned = RUNNING, []
+        record = OutputRecord(command=command, foreign=sorted(entries(folder)))
     write_record(folder, record)
     return record
+
+
+def started(folder: Path, record: OutputRecord) -> None:
+    """The run has started (its first step has ended; it writes now): its record says it runs, so what it writes
+    is its own. Before its first checkpoint, as begin's record is before a new folder's first file."""
+    write_record(folder, record)
 
 
 def finish(folder: Path, record: OutputRecord) -> None:

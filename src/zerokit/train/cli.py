@@ -16,12 +16,14 @@ from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, from_namespace, option_strings
+from zerokit.sources.ds_config_check import check_ds_config
 from zerokit.train import pipeline
 from zerokit.train.hf_flags import check_hf_flags
 from zerokit.train.layout import ParallelLayout
 from zerokit.train.lora import parse_lora
 from zerokit.train.options import EMBEDDED_DIFFERENCE, HF_DIFFERENCES, TrainFlags
 from zerokit.train.run import train
+from zerokit.train.speed import check_speed_switches
 from zerokit.train.tensor_parallel import check_config, check_model_type
 
 
@@ -55,6 +57,7 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[Tra
     model_type = "gpt2" if options.embedded else options.model_type or ""  # --model's is read in the ranks
     check_model_type(options.tp_size, model_type, embedded=options.embedded)
     pipeline.check_options(options)
+    check_speed_switches(options)
     if options.streaming and not options.dataset:
         raise UserError("--streaming needs --dataset (the embedded corpus is small)")
     check_fine_tuning(options)
@@ -78,8 +81,8 @@ def check_fine_tuning(options: TrainFlags) -> None:
 
 def check_hub_inputs(options: TrainFlags) -> None:
     """Offline (the default): Hub names must be in the cache; fail now, in one line, naming `prepare`."""
+    from zerokit.sources import offline
     from zerokit.sources.model_source import is_path, require_model_folder, require_tokenizer_folder
-    from zerokit.train import offline
 
     if options.model and is_path(options.model):
         require_model_folder("--model", options.model)
@@ -137,6 +140,8 @@ def main(argv: list[str]) -> int:
     check_output_dir(options.output_dir, options.overwrite, options.resume)
     check_hub_inputs(options)
     layout = check_layout(options, os.environ)
+    if options.ds_config:  # against DeepSpeed's own keys: imports it (seconds), so after the checks that need no torch
+        check_ds_config(options.ds_config)
     if options.nproc_per_node > 1:
         from zerokit.launch.cli import run as launch
         from zerokit.launch.config import spawn_config

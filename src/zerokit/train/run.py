@@ -50,6 +50,7 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     from zerokit.outputs.universal import needs_conversion
     from zerokit.train.callbacks.preemption import BENCH_WITHOUT_VARIABLE, PreemptionCallback
     from zerokit.train.callbacks.run_record import RunRecorder
+    from zerokit.train.resume_match import check_resume_match, precision
 
     mark("imports")
     preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
@@ -67,11 +68,13 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     mark("arguments")
     join_process_group(args, deepspeed=options.ds_config is not None)
     mark("process_group")
-    if resharded is not None:
-        resharded.convert_once(args.process_index)  # rank 0, once, where the checkpoint has no universal form yet
     tokenizer = load_tokenizer(options)
     mark("tokenizer")
     config = model_config(options, tokenizer)
+    if resume:  # the checkpoint's model and precision, before it is converted or the folder claimed
+        check_resume_match(resume, config.to_dict(), precision(args))
+    if resharded is not None:
+        resharded.convert_once(args.process_index)  # rank 0, once, where the checkpoint has no universal form yet
     check_limits(options, tokenizer, config, prepared)  # every rank alike, before anything is written or loaded
     check_model(options.tp_size, config)
     numbers = check_memory(options, args, config, layout.world, on_gpu)  # before the model is built
@@ -98,7 +101,8 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
         clock = StepClock(options.timings_dir, tokens_per_sample=tokens, model_parallel=shared, parameters=whole)
         callbacks.append(clock)
     # zerokit-run.json in the output folder and each checkpoint: what this run ran on.
-    callbacks.append(RunRecorder(options, resume=resume, rank=args.process_index, layout=layout.as_record()))
+    recorder = RunRecorder(options, resume=resume, rank=args.process_index, layout=layout.as_record(), claim=record)
+    callbacks.append(recorder)
     run = TrainingRun(
         options=options,
         args=args,
@@ -140,9 +144,15 @@ def training_arguments(
     if options.ds_config:
         torch_adam = options.deterministic and not on_gpu
         config = ds_config_argument(
-            options.ds_config, torch_adam=torch_adam, load_universal=resharded is not None, tp_size=options.tp_size
+            options.ds_config,
+            torch_adam=torch_adam,
+            load_universal=resharded is not None,
+            tp_size=options.tp_size,
+            deepcompile=options.compile == "deepcompile",
         )
         forced += ["--deepspeed", config]
+    if options.compile != "off":
+        forced += ["--torch_compile", "true"]
     if not on_gpu:
         forced += ["--use_cpu", "true"]
     if options.deterministic:

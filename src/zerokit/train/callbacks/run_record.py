@@ -1,9 +1,13 @@
 """zerokit-run.json: what a `train` run ran on, in its output folder and in each of its checkpoints.
 
-RunRecorder is a TrainerCallback. Rank 0 writes the record (atomically: a crash leaves the old one or
-the new one) when the Trainer is built, again once DeepSpeed has started (the config HF resolved, no
-"auto" left), into each checkpoint it saves (listed in the checkpoint's zerokit-checkpoint.json, so the
-damage check covers it), and at the end with the end time. A resumed run's record names the chain of
+RunRecorder is a TrainerCallback. Rank 0 makes the record when the Trainer is built and adds the config DeepSpeed
+started with (the config HF resolved, no "auto" left). It writes it (atomically: a crash leaves the old one or the
+new one) into the output folder once the run has started (its first step has ended), into each checkpoint it saves
+(listed in the checkpoint's zerokit-checkpoint.json, so the damage check covers it), and at the end with the end
+time. Until the run has started the folder keeps the last run's record, and the folder's ownership record too
+(zerokit.outputs.ownership.started, written then): a run that fails before its first step, as a resume whose
+checkpoint does not load, leaves the folder as it was. The last run's record is not lost when this one replaces it:
+its essentials head "earlier_runs", the folder's history of runs. A resumed run's record names the chain of
 checkpoints it came from: the checkpoint it resumed, then that checkpoint's own chain. Its "batch" (micro,
 accumulation, data-parallel ranks, global) is what a resume on another number of ranks keeps. A run that
 `launch --max-restarts` restarted after a machine fault lists the faults and restarts of that launch so far
@@ -12,7 +16,7 @@ log launch names to it (zerokit.foundations.restart_log), with what each fault c
 seconds to the first step after it (zerokit.train.callbacks.fault_cost).
 
 The file is written after the output folder is claimed (zerokit.outputs.ownership), so the folder's record
-counts it as this run's: `--overwrite` removes it with the rest of the run's files.
+counts it as this run's: `--overwrite` removes it with the rest of the run's files (and so starts a new history).
 """
 
 from __future__ import annotations
@@ -42,10 +46,15 @@ from zerokit.image.provenance import (
     redacted_argv,
     start_environment,
 )
+from zerokit.outputs import ownership
 from zerokit.outputs.checkpoints import PREFIX, SIZES_NAME
 from zerokit.train.callbacks.fault_cost import ProgressNote, read_progress, with_first_step, with_lost_steps
 from zerokit.train.global_batch import GlobalBatch
 from zerokit.train.options import TrainFlags
+from zerokit.train.resume_match import precision
+
+# What "earlier_runs" keeps of each run before: enough to tell them apart and see what changed.
+EARLIER_FIELDS = ("started_at", "ended_at", "final_step", "argv", "zerokit", "parallelism", "precision")
 
 
 def write_record(path: Path, data: dict) -> None:
@@ -69,6 +78,13 @@ def resume_chain(checkpoint: Path | None) -> list[dict]:
         return [{**link, "record": None}]  # written by an older zerokit, or by the Trainer alone
     link.update(run_started_at=parent.get("started_at"), commit=(parent.get("zerokit") or {}).get("commit"))
     return [link, *parent.get("resumed_from", [])]
+
+
+def earlier_runs(last: dict) -> list[dict]:
+    """The output folder's runs before this one, newest first: the last run's essentials, then its own history."""
+    if not last:
+        return []
+    return [{name: last.get(name) for name in EARLIER_FIELDS}, *last.get("earlier_runs", [])]
 
 
 def _step(checkpoint: Path) -> int | None:
@@ -120,11 +136,14 @@ class RunRecorder(TrainerCallback):
         rank: int,
         layout: Mapping[str, int] | None = None,
         environ: Mapping[str, str] | None = None,
+        claim: ownership.OutputRecord | None = None,
     ) -> None:
         """options: the run's (its output folder, its DeepSpeed config by name and file). layout: how the ranks
         divide ({"tp_size": ..., "dp_size": ...}), recorded as "parallelism" and, with the batch flags, as the
-        global batch ("batch")."""
+        global batch ("batch"). claim: the output folder's ownership record (rank 0's), written when the run has
+        started."""
         self.output_dir = options.output_dir
+        self.claim = claim
         self.layout = dict(layout or {})
         self.rank = rank
         self.environ = start_environment(environ)
@@ -132,11 +151,13 @@ class RunRecorder(TrainerCallback):
         self._start = (options.config, options.ds_config, resume)
         self.progress = ProgressNote(self.output_dir)
         self.stepped = False  # this run's first step has ended
+        self.started = False  # the output folder's records are this run's
 
     def on_init_end(self, args, state, control, **kwargs):
         if self.rank == 0:
             config_name, config_file, resume = self._start
-            before = (read_record(self.output_dir) or {}).get("restarts") or []  # the stopped run's, before ours
+            last = read_record(self.output_dir) or {}  # the last run's, kept until this one has started
+            before = last.get("restarts") or []  # the stopped run's
             restarts = with_lost_steps(
                 inherited_events(self.environ), before, read_progress(self.output_dir), resume and _step(resume)
             )
@@ -151,11 +172,12 @@ class RunRecorder(TrainerCallback):
                 "launcher": launcher_facts(self.environ),
                 "parallelism": self.layout or None,
                 "batch": self.batch(args),
+                "precision": precision(args),
                 "deepspeed": deepspeed_section(config_name, config_file, args.deepspeed),
                 "resumed_from": resume_chain(resume),
                 "restarts": restarts,
+                "earlier_runs": earlier_runs(last),
             }
-            write_record(self.output_dir / RECORD_NAME, self.record)
         return control
 
     def batch(self, args) -> dict[str, int] | None:
@@ -171,18 +193,17 @@ class RunRecorder(TrainerCallback):
         if self.rank == 0 and self.record.get("deepspeed") and hf_config is not None:
             resolved = jsonable(json.loads(json.dumps(hf_config.config, default=str)))
             self.record["deepspeed"].update(resolved=resolved, still_auto=auto_leaves(resolved))
-            write_record(self.output_dir / RECORD_NAME, self.record)
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
-        """The step reached, noted (for a restart's count of the steps lost); after a fault, the seconds to this
-        run's first step."""
+        """The step reached, noted (for a restart's count of the steps lost); at the first, the run has started: its
+        records written, with the seconds to it after a fault."""
         if self.rank == 0 and self.record:
-            self.progress.step(state.global_step)
             if not self.stepped:
                 self.stepped = True
-                if with_first_step(self.record["restarts"], datetime.now(UTC)):
-                    write_record(self.output_dir / RECORD_NAME, self.record)
+                with_first_step(self.record["restarts"], datetime.now(UTC))
+                self.write()
+            self.progress.step(state.global_step)
         return control
 
     def on_save(self, args, state, control, **kwargs):
@@ -198,8 +219,16 @@ class RunRecorder(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.rank == 0 and self.record:
             self.record.update(ended_at=now(), final_step=state.global_step)
-            write_record(self.output_dir / RECORD_NAME, self.record)
+            self.write()
         return control
+
+    def write(self) -> None:
+        """The record into the output folder; the first time, the folder's ownership record too: from now on the
+        folder's records are this run's."""
+        if not self.started and self.claim is not None:
+            ownership.started(self.output_dir, self.claim)
+        self.started = True
+        write_record(self.output_dir / RECORD_NAME, self.record)
 
 
 def add_to_sizes(checkpoint: Path, name: str) -> None:
