@@ -43,6 +43,7 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
     overhead = figures["overhead"]
     assert overhead["ranks"] == 2 and overhead["throughput_ratio"] > 0 and overhead["startup_ratio"] > 0
     assert overhead["raw_ratio"]["ratio"] > 0 and overhead["no_deepspeed_ratio"]["ratio"] > 0
+    assert overhead["tokens_counted"]  # every script counted the tokens of its steps (on CPU ranks)
     for run in figures["runs"]:  # the clock's per-step times, every script's
         p50, p90, worst = run["step_quantiles"]
         assert 0 < p50 <= p90 <= worst

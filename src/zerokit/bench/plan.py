@@ -94,9 +94,10 @@ def common_training_flags(cfg: BenchConfig) -> list[str]:
         "--logging_steps", str(cfg.eval_steps),
         "--save_strategy", "no",
         "--report_to", "none",
-        # Every batch full, so a step's tokens are its samples' (StepClock): counting them in the Trainer
-        # (--include_num_input_tokens_seen) costs a gather and a device sync at every batch.
-        "--dataloader_drop_last", "true",
+        # On CPU ranks every script counts the tokens of each step's batches (StepClock): a short last batch is not
+        # a full one. On a GPU the count (a gather and a device sync every batch) would slow what is timed: a step
+        # is counted full there (the presets' corpus gives every step full batches).
+        "--include_num_input_tokens_seen", "false" if cfg.on_gpu else "true",
         *cfg.train_args,
     ]  # fmt: skip
 

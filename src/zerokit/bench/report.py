@@ -530,7 +530,7 @@ def overhead_section(overhead: dict | None) -> list[str]:
         + (
             "Tokens are those each step trained on, as counted in its batches."
             if overhead.get("tokens_counted")
-            else "Tokens: every batch is full (`--dataloader_drop_last`), so a step's are its samples x block."
+            else "Tokens: full batches assumed (on a GPU the Trainer's count would sync the device every batch)."
         ),
         "",
         "| | samples/s | tokens/s | step p50 / p90 / max (ms) | time to first step (s) |" + (" MFU |" if gpu else ""),

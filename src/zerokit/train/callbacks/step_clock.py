@@ -18,7 +18,7 @@ between steps into device idle time: the measurement cost what it measured.)
 
 A step's tokens are what the Trainer counted in its batches when the run asks it to
 (`--include_num_input_tokens_seen`: a gather and a device sync per batch); else none are recorded and a
-step is counted as full (bench makes every batch full with `--dataloader_drop_last`).
+step is counted as full (bench leaves the count off on a GPU, where its presets give every step full batches).
 The file also holds the start-up marks (zerokit.foundations.startup_marks): when the process started, the
 phases it (and `launch` before it) recorded, and `train_begin`, when the Trainer had built the
 DeepSpeed engine and was about to take the first step.
