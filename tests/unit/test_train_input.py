@@ -88,3 +88,20 @@ def test_tensor_parallel_sets_autotp_and_a_whole_model_at_save():
     assert config["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
     assert config["zero_optimization"]["stage"] == 2
     assert ds_config_argument(resolve_ds_config("zero2"), tp_size=1) == str(resolve_ds_config("zero2"))
+
+
+@pytest.mark.parametrize("chunk_bytes", [7, 1 << 20])  # the bad byte in a later chunk, or in the first
+def test_a_text_dataset_with_a_byte_that_is_not_utf8_anywhere_is_named_by_line_and_byte(tmp_path: Path, chunk_bytes):
+    from zerokit.foundations.errors import UserError
+    from zerokit.sources.data import check_text_files, resolve_source
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes("first line\nsecond é line\nthird\xff".encode().replace(b"\xc3\xbf", b"\xff") + b" end\n")
+    with pytest.raises(UserError) as refused:
+        check_text_files(resolve_source(str(corpus)), chunk_bytes=chunk_bytes)
+    offset = corpus.read_bytes().index(b"\xff")
+    assert f"is not UTF-8 text at line 3, byte 5 (byte {offset} of the file: 0xff): convert it to UTF-8: iconv" in str(
+        refused.value
+    )
+    corpus.write_text("first line\nsecond é line\n" * 10)  # é split across chunks: still text
+    check_text_files(resolve_source(str(corpus)), chunk_bytes=chunk_bytes)
