@@ -29,6 +29,7 @@ from zerokit.foundations.flags import command_parser, flag, flag_value, from_nam
 from zerokit.foundations.values import int_list
 from zerokit.launch.config import REMOTE_LAUNCHERS
 from zerokit.outputs import ownership
+from zerokit.train.speed import zero_stage
 
 # The plain HF Trainer script and the raw DeepSpeed loop bench compares train with: part of what bench runs,
 # so they ship in the package.
@@ -168,7 +169,9 @@ def parse(argv: list[str]) -> BenchConfig:
         hosts=hosts,
         launcher=args.launcher,
         skip=frozenset(args.skip),
-        speed=speed_switches(on_gpu, lambda name: importlib.util.find_spec(name) is not None) if args.preset else (),
+        speed=speed_switches(on_gpu, lambda name: importlib.util.find_spec(name) is not None, zero_stage(config))
+        if args.preset
+        else (),
         model=args.model,
         dataset=str(Path(args.dataset).resolve()) if args.dataset else None,
         block_size=args.block_size,

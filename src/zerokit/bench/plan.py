@@ -158,15 +158,18 @@ def zerokit_run(
     return Run(name, group, variant or ("jit" if jit else "zerokit"), nodes, ranks, argv, folder, run_env)
 
 
-def speed_switches(on_gpu: bool, installed: Callable[[str], bool]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def speed_switches(
+    on_gpu: bool, installed: Callable[[str], bool], zero_stage: int
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """train's speed switches that can run here, each as (row name, train flags): the cross-entropy without the
-    whole vocabulary's logits (Liger's kernel where installed on a GPU, else the torch one), torch.compile and
-    FlashAttention on a GPU (compile on CPU ranks spends the whole run compiling), FlashAttention only where
-    its package is. The pretraining presets' dropout 0 is in their model (zerokit.bench.presets), not a row."""
+    whole vocabulary's logits (Liger's kernel where installed on a GPU, else the torch one; not under ZeRO-3,
+    which partitions the head), torch.compile and FlashAttention on a GPU (compile on CPU ranks spends most of a
+    short run compiling), FlashAttention only where its package is. The pretraining presets' dropout 0 is in
+    their model (zerokit.bench.presets), not a row."""
     liger = on_gpu and installed("liger_kernel")
-    switches: list[tuple[str, tuple[str, ...]]] = [
-        ("cross-entropy", ("--cross-entropy", "liger" if liger else "chunked")),
-    ]
+    switches: list[tuple[str, tuple[str, ...]]] = []
+    if zero_stage != 3:
+        switches.append(("cross-entropy", ("--cross-entropy", "liger" if liger else "chunked")))
     if on_gpu:
         switches.append(("compile", ("--compile", "torch")))
         if installed("flash_attn"):

@@ -354,3 +354,18 @@ def test_the_checkpoint_run_saves_every_third_of_the_steps_unless_skipped(tmp_pa
     assert run.argv.count("--save_strategy") == 1
     skipped = parse(["--output", str(tmp_path / "c"), "--skip", "checkpoint"])
     assert not [r for r in plan_runs(skipped, None) if r.group == "checkpoint"]
+
+
+def test_the_speed_table_takes_the_switches_that_can_run_here(tmp_path: Path):
+    """On CPU ranks the chunked cross-entropy; on a GPU Liger's where installed, compile and FlashAttention where
+    its package is; no fused cross-entropy under ZeRO-3. Each alone, then all together."""
+    from zerokit.bench.plan import speed_runs, speed_switches
+
+    assert speed_switches(False, lambda name: True, 2) == (("cross-entropy", ("--cross-entropy", "chunked")),)
+    gpu = speed_switches(True, lambda name: True, 2)
+    assert [name for name, _ in gpu] == ["cross-entropy", "compile", "flash-attention"]
+    assert gpu[0][1] == ("--cross-entropy", "liger")
+    assert [name for name, _ in speed_switches(True, lambda name: False, 3)] == ["compile"]
+    runs = speed_runs(config(tmp_path, speed=gpu, ranks=(1,)), 1)
+    assert [run.variant for run in runs] == ["cross-entropy", "compile", "flash-attention", "all"]
+    assert {"--cross-entropy", "--compile", "--attn-implementation"} <= set(runs[-1].argv)
