@@ -101,8 +101,9 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
         clock = StepClock(options.timings_dir, tokens_per_sample=tokens, model_parallel=shared, parameters=whole)
         callbacks.append(clock)
     # zerokit-run.json in the output folder and each checkpoint: what this run ran on.
-    recorder = RunRecorder(options, resume=resume, rank=args.process_index, layout=layout.as_record(), claim=record)
-    callbacks.append(recorder)
+    callbacks.append(
+        RunRecorder(options, resume=resume, rank=args.process_index, layout=layout.as_record(), claim=record)
+    )
     run = TrainingRun(
         options=options,
         args=args,
