@@ -29,7 +29,6 @@ from zerokit.foundations.flags import command_parser, flag, flag_value, from_nam
 from zerokit.foundations.values import int_list
 from zerokit.launch.config import REMOTE_LAUNCHERS
 from zerokit.outputs import ownership
-from zerokit.train.speed import zero_stage
 
 # The plain HF Trainer script and the raw DeepSpeed loop bench compares train with: part of what bench runs,
 # so they ship in the package.
@@ -110,7 +109,7 @@ def build_parser(environ: Mapping[str, str] = os.environ) -> argparse.ArgumentPa
 
 def parse(argv: list[str]) -> BenchConfig:
     from zerokit.sources.ds_config_check import check_ds_config
-    from zerokit.sources.ds_configs import resolve_ds_config
+    from zerokit.sources.ds_configs import read_ds_config, resolve_ds_config, zero_stage
 
     cut = argv.index("--") if "--" in argv else len(argv)
     own, train_args = argv[:cut], argv[cut + 1 :]
@@ -169,7 +168,9 @@ def parse(argv: list[str]) -> BenchConfig:
         hosts=hosts,
         launcher=args.launcher,
         skip=frozenset(args.skip),
-        speed=speed_switches(on_gpu, lambda name: importlib.util.find_spec(name) is not None, zero_stage(config))
+        speed=speed_switches(
+            on_gpu, lambda name: importlib.util.find_spec(name) is not None, zero_stage(read_ds_config(config))
+        )
         if args.preset
         else (),
         model=args.model,
@@ -190,7 +191,7 @@ def checked_configs(text: str, ranks: int) -> list[str]:
     import json
 
     from zerokit.sources.ds_config_check import check_ds_config
-    from zerokit.sources.ds_configs import resolve_ds_config
+    from zerokit.sources.ds_configs import resolve_ds_config, zero_stage
 
     names = [name.strip() for name in text.split(",") if name.strip()]
     for entry in names:
@@ -206,7 +207,7 @@ def checked_configs(text: str, ranks: int) -> list[str]:
                 f"--configs {entry}: {what} size {size} does not divide the {ranks} ranks the configs "
                 f"run on (the largest --ranks): give --ranks a multiple of {size}"
             )
-        stage = json.loads(config.read_text()).get("zero_optimization", {}).get("stage", 0) if config else None
+        stage = zero_stage(json.loads(config.read_text())) if config else None
         if split == "pp" and stage != 1:
             raise UserError(f"--configs {entry}: pipeline stages train with ZeRO-1: give zero1+pp{size}")
     return names

@@ -42,6 +42,11 @@ def is_bundled(path: Path) -> bool:
     return path.resolve().parent == CONFIGS_DIR.resolve()
 
 
+def zero_stage(config: dict) -> int:
+    """The ZeRO stage a DeepSpeed config asks for (0 where it names none)."""
+    return (config.get("zero_optimization") or {}).get("stage", 0)
+
+
 def read_ds_config(path: Path) -> dict:
     """The config in path; a file that is not UTF-8 JSON holding one object is refused in one line."""
     data = path.read_bytes()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from zerokit.foundations.errors import UserError
+from zerokit.sources.ds_configs import zero_stage
 
 # zerokit options the pipeline loop does not serve: flag -> whether it is given.
 UNSERVED = {
@@ -35,7 +36,7 @@ def check_options(options) -> None:
     if options.ds_config is None:
         raise UserError(f"--pp-size {pp} needs DeepSpeed (its pipeline engine trains the stages): --config zero1")
     config = json.loads(options.ds_config.read_text())
-    stage = (config.get("zero_optimization") or {}).get("stage", 0)
+    stage = zero_stage(config)
     if stage != 1:
         raise UserError(
             f"--pp-size {pp} with ZeRO-{stage} (--config {options.config}): DeepSpeed's pipeline engine refuses "

@@ -16,11 +16,10 @@ gives each one's measured effect.
 from __future__ import annotations
 
 import importlib.util
-import json
-from pathlib import Path
 from typing import Any
 
 from zerokit.foundations.errors import UserError
+from zerokit.sources.ds_configs import read_ds_config, zero_stage
 from zerokit.train.options import TrainFlags
 
 # Attention kernels and the package each needs (transformers' names; sdpa and eager need nothing more).
@@ -37,7 +36,8 @@ def check_speed_switches(options: TrainFlags) -> None:
     """Every speed switch the run can use, or one line naming the one it cannot and the way on (before torch)."""
     pipelined = options.pp_size is not None
     check_attention(options.attn_implementation)
-    check_cross_entropy(options.cross_entropy, zero_stage(options.ds_config), options.tp_size, pipelined)
+    stage = zero_stage(read_ds_config(options.ds_config)) if options.ds_config else 0
+    check_cross_entropy(options.cross_entropy, stage, options.tp_size, pipelined)
     if options.compile != "off" and pipelined:
         raise UserError(f"--compile {options.compile} does not apply to DeepSpeed's pipeline engine: leave it out")
     if options.compile == "deepcompile" and options.ds_config is None:
@@ -73,17 +73,6 @@ def check_attention(name: str | None) -> None:
             f"--attn-implementation {name} needs the {package} package, which this environment lacks: "
             "use sdpa (PyTorch's fused attention, the default), or install it into the image"
         )
-
-
-def zero_stage(config: Path | None) -> int:
-    """The ZeRO stage of a DeepSpeed config file (0 for none, or one that names none)."""
-    if config is None:
-        return 0
-    try:
-        stage = json.loads(config.read_text()).get("zero_optimization", {}).get("stage", 0)
-    except (OSError, ValueError, AttributeError):
-        return 0  # the config's own check names what is wrong with it
-    return stage if isinstance(stage, int) else 0
 
 
 def set_dropout(config: Any, rate: float | None) -> list[str]:

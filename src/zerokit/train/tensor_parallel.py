@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
+from zerokit.sources.ds_configs import zero_stage
 
 # The model types DeepSpeed's AutoTP cannot split (AutoTP.supported, deepspeed/module_inject/auto_tp.py):
 # their layers are not nn.Linear (GPT-2's Conv1D) or their attention is fused in ways AutoTP does not parse.
@@ -43,8 +44,7 @@ def check_config(tp_size: int, config_name: str, ds_config: Path | None) -> None
             f"DeepSpeed config {ds_config} sets tensor_parallel.autotp_size {in_file}, but --tp-size is {tp_size}: "
             f"remove it from the file and pass --tp-size {in_file}, so the layout is checked before the ranks start"
         )
-    stage = (config.get("zero_optimization") or {}).get("stage", 0)
-    if tp_size > 1 and stage == 3:
+    if tp_size > 1 and zero_stage(config) == 3:
         raise UserError(
             f"--tp-size {tp_size} with ZeRO-3 (--config {config_name}): the Trainer builds a ZeRO-3 model "
             "through from_pretrained's partitioned path, which refuses tensor parallelism (NotImplementedError); "
