@@ -63,7 +63,7 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[Tra
     check_fine_tuning(options)
     if options.from_scratch and not options.model:
         raise UserError("--from-scratch needs --model (whose config is used); or use --model-type")
-    if options.dataset:
+    if options.dataset and environ.get("LOCAL_RANK", "0") == "0":  # once per node: it reads the files whole
         from zerokit.sources.data import check_text_files, resolve_source
 
         check_text_files(resolve_source(options.dataset))  # a missing, empty or binary file fails now

@@ -24,6 +24,7 @@ import types
 from typing import Any
 
 import torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from zerokit.foundations.errors import UserError
 
@@ -112,8 +113,6 @@ def use_fused_loss(model: Any, kind: str) -> None:
     def forward(self: Any, input_ids: Any = None, labels: Any = None, **kwargs: Any) -> Any:
         if labels is None or not self.training:
             return own_forward(input_ids=input_ids, labels=labels, **kwargs)
-        from transformers.modeling_outputs import CausalLMOutputWithPast
-
         num_items = kwargs.pop("num_items_in_batch", None)
         kwargs.pop("return_dict", None)
         outputs = base(input_ids=input_ids, **kwargs)
