@@ -90,3 +90,16 @@ def no_shared_memory_left_behind(segments_at_start: set[Path]):
         for segment in left:
             segment.unlink(missing_ok=True)
         pytest.fail(f"{len(left)} DeepSpeed all-reduce segment(s) left in /dev/shm: {sorted(s.name for s in left)}")
+
+
+# What .ci/run builds before these can run: the image (tests/image, tests/runtimes), train.sif (every test whose
+# fixtures reach `sif`, tests/apptainer) and the registry. Marked here, from where a test lives and what it uses,
+# so that CI runs the rest (`-m "not container"`) while it builds them, then these (`-m container`).
+CONTAINER_FOLDERS = ("image", "apptainer", "runtimes")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = Path(item.fspath).relative_to(REPO / "tests").parts[0]
+        if folder in CONTAINER_FOLDERS or "sif" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.container)

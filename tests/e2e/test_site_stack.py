@@ -153,7 +153,7 @@ def test_the_gpu_proof_runs_its_steps_on_cpu_ranks_and_writes_one_report(site: S
     assert report["steps"]["facts"]["facts"]["torch"]["torch"] == "2.13.0+cpu"
     assert report["steps"]["tests"]["counts"]["skipped"] > 0  # no GPU here: every gpu test skips, named
     assert report["bench"]["settings"]["preset"] == "tiny"  # the GPU job's every path, at a CPU size
-    assert [run["config"] for run in report["bench"]["configs"]] == ["zero2", "zero1", "zero3"]
+    assert report["bench"]["configs"] == []  # as on the GPU: no configs rows (tests/e2e/test_bench.py has them)
     speed = {row["switch"]: row for row in report["bench"]["speed"]}  # the speed table: CPU ranks' switches
     assert list(speed) == ["eager", "cross-entropy", "all"] and speed["cross-entropy"]["tokens_per_s"] > 0
     eager_loss = speed["eager"]["last_loss"]  # the chunked cross-entropy trains the same curve, to rounding
@@ -161,7 +161,7 @@ def test_the_gpu_proof_runs_its_steps_on_cpu_ranks_and_writes_one_report(site: S
     markdown = (out / "report.md").read_text()
     assert markdown.count("prebuilt and loads") == 7 and "## bench" in markdown and "Skipped tests:" in markdown
     overhead = report["bench"]["overhead"]  # zerokit's train against the three baselines, in the same run
-    for side in ("zerokit", "plain", "plain-no-deepspeed", "raw"):
+    for side in ("zerokit", "plain", "plain-no-deepspeed"):  # not the raw loop, as on the GPU
         assert overhead[side]["median_tokens_per_s"] > 0, side
     # A step that needs the venv, without one: reported as skipped, the others' results kept.
     again = subprocess.run([*proof, "--venv", str(tmp_path / "none"), "--output", str(out), "--only", "doctor"],

@@ -79,8 +79,8 @@ def short_run(tmp_path: Path, zk_env, name: str, config: str, *flags: str) -> li
 
 def test_the_tuned_config_trains_the_same_curve_as_before(tmp_path: Path, zk_env):
     """One gradient bucket, overlap_comm and no bf16 overflow check change how the gradients travel, not what
-    they are: 2 ranks, the same losses to the bit (fp32 on CPU). The chunked cross-entropy and torch.compile
-    reach the ranks and train the same curve to rounding."""
+    they are: 2 ranks, the same losses to the bit (fp32 on CPU). torch.compile reaches the ranks and trains the
+    same curve to rounding (the chunked cross-entropy's curve: the GPU proof's speed table, in test_site_stack.py)."""
     from zerokit.sources.ds_configs import resolve_ds_config
 
     tuned = json.loads(resolve_ds_config("zero2").read_text())
@@ -89,8 +89,6 @@ def test_the_tuned_config_trains_the_same_curve_as_before(tmp_path: Path, zk_env
     losses = short_run(tmp_path, zk_env, "tuned", "zero2")
     assert short_run(tmp_path, zk_env, "untuned", str(tmp_path / "untuned.json")) == losses
     assert losses[-1] < 0.6 * losses[0]
-    chunked = short_run(tmp_path, zk_env, "chunked", "zero2", "--cross-entropy", "chunked")
-    assert chunked == pytest.approx(losses, rel=1e-4)
     # torch.compile under DeepSpeed (the engine's compile()): its fused kernels round differently, and the ranks
     # end (they once hung at exit on inductor's worker threads: zerokit.foundations.process_end).
     compiled = short_run(tmp_path, zk_env, "compiled", "zero2", "--compile", "torch")
