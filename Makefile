@@ -89,7 +89,9 @@ DS_WHEEL_SCRIPTS := containers/cached-ds-wheel containers/build-ds-wheel contain
 
 $(DS_WHEEL_STAMP): $(DS_WHEEL_INPUTS) $(DS_WHEEL_SCRIPTS) | $(VENV)/.lock-$(STACK)
 	rm -rf $(DS_WHEEL_DIR) && mkdir -p $(DS_WHEEL_DIR)
-	containers/cached-ds-wheel $(VPY) $(STACK) $(DS_WHEEL_DIR)
+	@# Each op's compile timed (pip's -v, from PIP_VERBOSE: the scripts, and so the wheel cache's key, stay as they are).
+	PIP_VERBOSE=1 $(VPY) containers/op-build-times $(DS_WHEEL_DIR)/build-ds-wheel.log -- \
+	  containers/cached-ds-wheel $(VPY) $(STACK) $(DS_WHEEL_DIR)
 	touch $@
 
 $(VENV)/.ready-$(STACK): $(DS_WHEEL_STAMP) pyproject.toml

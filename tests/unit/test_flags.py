@@ -19,6 +19,7 @@ from zerokit.foundations.flags import flag_actions, flag_fields, from_namespace,
 from zerokit.generate import options as generate_options
 from zerokit.launch import config as launch_config
 from zerokit.launch.config import parse as launch_parse
+from zerokit.train import options as train_options
 from zerokit.train.cli import parse
 
 
@@ -104,6 +105,7 @@ SAMPLES = {
     values.seconds_or_zero: ("12.5", 12.5),
     values.factor: ("3", 3.0),
     values.probability: ("0.25", 0.25),
+    train_options.micro_batch_value: ("auto", "auto"),
     launch_config.address: (" 10.1.2.3 ", "10.1.2.3"),
     launch_config.main_port: ("29400", 29400),
     generate_options.max_memory: ("0=20GiB, 1=20GiB,cpu=64GiB", {0: "20GiB", 1: "20GiB", "cpu": "64GiB"}),

@@ -205,3 +205,29 @@ def test_a_stack_that_pins_a_shared_package_again_is_refused(tmp_path: Path):
     path.write_text(text.replace("[packages]\n", '[packages]\ntransformers = "4.0.0"\n'))
     with pytest.raises(StackError, match=r"transformers pinned here and in .*common/packages\.toml: keep each version"):
         load_stack(str(path))
+
+
+CUDA_STACKS = [name for name in PINNED_STACKS if load_stack(name).accelerator == "cuda"]
+
+
+def test_the_cuda_stacks_pin_liger_kernel_in_one_place_and_the_cpu_stack_does_not():
+    """--cross-entropy liger's kernels: one version, in common/cuda-packages.toml, for every CUDA stack's lock."""
+    assert CUDA_STACKS == ["cuda12", "cuda13", "nvidia-base"]
+    versions = {name: load_stack(name).packages.get("liger-kernel") for name in [*CUDA_STACKS, "cpu"]}
+    assert len({versions[name] for name in CUDA_STACKS}) == 1 and None not in {versions[n] for n in CUDA_STACKS}
+    assert versions["cpu"] is None and "liger-kernel" not in locked_versions(load_stack("cpu").lock_file)
+    for name in CUDA_STACKS:  # pinned in each .in with its dependencies (torch, triton) locked beside it
+        locked = locked_versions(load_stack(name).lock_file)
+        assert {"liger-kernel", "torch", "triton"} <= locked.keys()
+        assert f"liger-kernel=={versions[name]}" in (REPO / f"containers/lock/{name}.in").read_text()
+
+
+def test_a_cuda_stack_that_pins_a_shared_cuda_package_again_is_refused(tmp_path: Path):
+    stacks = tmp_path / "stacks"
+    (stacks / "common").mkdir(parents=True)
+    for shared in ("packages.toml", "cuda-packages.toml"):
+        (stacks / "common" / shared).write_text((REPO / "containers/stacks/common" / shared).read_text())
+    text = (REPO / "containers/stacks/cuda13.toml").read_text()
+    (stacks / "twice.toml").write_text(text.replace("[packages]\n", '[packages]\nliger-kernel = "0.1.0"\n'))
+    with pytest.raises(StackError, match=r"liger-kernel pinned here and in .*cuda-packages\.toml: keep each version"):
+        load_stack(str(stacks / "twice.toml"))

@@ -69,11 +69,23 @@ def decoded(argument: str) -> dict:
 def test_deterministic_config_runs_adam_in_torch_except_when_offloaded():
     zero3 = resolve_ds_config("zero3")
     assert ds_config_argument(zero3) == str(zero3)  # nothing asked: the file itself
-    config = decoded(ds_config_argument(zero3, torch_adam=True))
+    config = decoded(ds_config_argument(zero3, deterministic_cpu=True))
     assert config["optimizer"]["params"]["torch_adam"] is True and "checkpoint" not in config
     assert config["zero_optimization"] == json.loads(zero3.read_text())["zero_optimization"]
     offload = resolve_ds_config("zero3-offload")  # ZeRO-Offload needs DeepSpeed's CPU Adam: untouched
-    assert ds_config_argument(offload, torch_adam=True) == str(offload)
+    assert ds_config_argument(offload, deterministic_cpu=True) == str(offload)
+
+
+def test_deterministic_cpu_caps_zero2s_buckets_which_it_would_fill_at_every_micro_step():
+    from zerokit.train.options import DETERMINISTIC_BUCKET
+
+    bundled = json.loads(resolve_ds_config("zero2").read_text())["zero_optimization"]
+    zero = decoded(ds_config_argument(resolve_ds_config("zero2"), deterministic_cpu=True))["zero_optimization"]
+    assert bundled["reduce_bucket_size"] > DETERMINISTIC_BUCKET  # 5e8: 4 GB filled a step on CPU ranks
+    assert zero["reduce_bucket_size"] == zero["allgather_bucket_size"] == DETERMINISTIC_BUCKET
+    assert {k: v for k, v in zero.items() if "bucket" not in k} == {
+        k: v for k, v in bundled.items() if "bucket" not in k
+    }
 
 
 def test_universal_resume_sets_load_universal():

@@ -19,7 +19,8 @@ from pathlib import Path
 from zerokit.launch.rank.environment import free_port
 
 SKIPPABLE = ("configs", "startup", "data", "checkpoint", "overhead", "preemption", "no-deepspeed", "raw", "speed")
-CHECKPOINT_SAVES = 3  # checkpoints the checkpoint group's run writes (the last one kept)
+CHECKPOINT_SAVES = 3  # checkpoints the checkpoint group's runs write (the last one kept)
+CHECKPOINT_WRITES = ("sync", "background")  # the checkpoint group's runs: train --checkpoint-write, side by side
 DATA_SCALES = (1, 10)  # corpus sizes of the data group, in copies of the corpus
 DATA_ROUNDS = 2  # of the data group: its figures are medians
 
@@ -186,14 +187,17 @@ def speed_runs(cfg: BenchConfig, ranks: int) -> list[Run]:
     ]
 
 
-def checkpoint_run(cfg: BenchConfig, ranks: int) -> Run:
-    """The main job saving a checkpoint every few steps: what a save costs against a step (StepClock's
-    save_seconds), so that a user can pick --save_steps."""
-    run = zerokit_run(cfg, f"checkpoint-{ranks}r", "checkpoint", 1, ranks)
+def checkpoint_run(cfg: BenchConfig, ranks: int, write: str) -> Run:
+    """The main job saving a checkpoint every few steps, written `write` (train --checkpoint-write: sync or
+    background): what a save costs against a step (StepClock's save_seconds: the stall it puts on training) and
+    how long the write takes (its checkpoint_saves), so that a user can pick --save_steps."""
+    run = zerokit_run(cfg, f"checkpoint-{ranks}r-{write}", "checkpoint", 1, ranks, variant=write)
     argv = list(run.argv)
     at = argv.index("--save_strategy")  # common_training_flags' "no"; the user's flags, after it, still win
     argv[at : at + 2] = ["--save_strategy", "steps", "--save_steps", str(max(1, cfg.steps // CHECKPOINT_SAVES))]
     argv[at + 4 : at + 4] = ["--save_total_limit", "1"]
+    train = argv.index("train") + 1
+    argv[train:train] = ["--checkpoint-write", write]
     return replace(run, argv=tuple(argv))
 
 
@@ -279,7 +283,7 @@ def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: D
     if "speed" not in cfg.skip and 1 in cfg.nodes:
         runs += speed_runs(cfg, compare_ranks)
     if "checkpoint" not in cfg.skip and 1 in cfg.nodes:
-        runs.append(checkpoint_run(cfg, compare_ranks))
+        runs += [checkpoint_run(cfg, compare_ranks, write) for write in CHECKPOINT_WRITES]
     if "data" not in cfg.skip and data_inputs:
         for round_ in range(1, DATA_ROUNDS + 1):
             for scale in DATA_SCALES:

@@ -39,6 +39,7 @@ class RunResult:
     tokens_counted: bool = False  # tokens/s from the tokens each step trained on, not full batches assumed
     save_seconds: list[float] = field(default_factory=list)  # rank 0's, a checkpoint each (the checkpoint group)
     checkpoint_bytes: int | None = None  # on disk, the last checkpoint the run kept
+    checkpoint_saves: list[dict] = field(default_factory=list)  # rank 0's figures of each save (SaveFigures)
     step_quantiles: tuple[float, float, float] | None = None  # p50, p90 and max of the timed steps, seconds
     last_loss: float | None = None  # the last eval loss (a switch that moves it beyond noise is a bug)
 
@@ -112,6 +113,7 @@ def summarize(run: Run, records: list[dict], started: float, wall: float, warmup
         tokens_counted=bool(counted),
         save_seconds=main.get("save_seconds", []),
         checkpoint_bytes=checkpoint_bytes(run.folder / "output"),
+        checkpoint_saves=main.get("checkpoint_saves", []),
         step_quantiles=quantiles(measured),
         last_loss=evals[-1][1] if evals else None,
     )

@@ -58,6 +58,8 @@ CUDA_HOMES = ("wheels", "system")
 # The Python packages every stack pins alike, in common/packages.toml beside the stack files; a stack
 # file adds its own (torch, CUDA wheels). A stack file elsewhere without one beside it uses zerokit's.
 COMMON_PACKAGES = Path("common") / "packages.toml"
+# Those every CUDA stack (accelerator "cuda") pins alike: GPU-only kernels (liger-kernel's Triton ones).
+CUDA_PACKAGES = Path("common") / "cuda-packages.toml"
 
 # A stack whose python, accelerator, CUDA and arch list say "site" takes them from the torch of the Python
 # it runs in (src/zerokit/image/site_torch.py): recorded in the environment once it is built, else probed.
@@ -192,6 +194,7 @@ def load_stack(name_or_path: str, *, site: bool = True) -> Stack:
         raise StackError(f"{path}: not valid TOML ({error})") from None
     check_schema(path, data, STACK_SCHEMA, "")
     check_schema(path, data["apt"], APT_SCHEMA, "apt.")
+    cuda_pins = data["accelerator"] == "cuda"  # the file's: a site stack on a CUDA torch takes none of them
     if data["accelerator"] == SITE and site:
         data = with_site_torch(path, data)
     stack = Stack(
@@ -206,7 +209,7 @@ def load_stack(name_or_path: str, *, site: bool = True) -> Stack:
         cuda_home=data["cuda_home"],
         ds_ops=tuple(data["ds_ops"]),
         extra_index_url=data["extra_index_url"],
-        packages=with_common_packages(path, data["packages"]),
+        packages=with_common_packages(path, data["packages"], cuda=cuda_pins),
         apt_runtime=tuple(data["apt"]["runtime"]),
         apt_build=tuple(data["apt"]["build"]),
         site=data.get("site"),
@@ -253,18 +256,22 @@ def with_site_torch(path: Path, data: dict) -> dict:
     }
 
 
-def with_common_packages(stack_path: Path, own: dict[str, str]) -> dict[str, str]:
-    """A stack's own packages, then the shared ones; pinning a shared one again is refused (one home per version)."""
-    common_file = stack_path.parent / COMMON_PACKAGES
-    if not common_file.is_file():
-        common_file = STACKS_DIR / COMMON_PACKAGES
-    common = tomllib.loads(common_file.read_text())["packages"]
-    again = sorted(name for name in own if name.split("[")[0] in common)
-    if again:
-        raise StackError(
-            f"{stack_path}: {', '.join(again)} pinned here and in {common_file}: keep each version in one place"
-        )
-    return {**own, **common}
+def with_common_packages(stack_path: Path, own: dict[str, str], cuda: bool) -> dict[str, str]:
+    """A stack's own packages, then the shared ones (and a CUDA stack's, the CUDA stacks' shared ones); pinning a
+    shared one again is refused (one home per version)."""
+    packages = dict(own)
+    for shared in (COMMON_PACKAGES, CUDA_PACKAGES) if cuda else (COMMON_PACKAGES,):
+        common_file = stack_path.parent / shared
+        if not common_file.is_file():
+            common_file = STACKS_DIR / shared
+        common = tomllib.loads(common_file.read_text())["packages"]
+        again = sorted(name for name in packages if name.split("[")[0] in common)
+        if again:
+            raise StackError(
+                f"{stack_path}: {', '.join(again)} pinned here and in {common_file}: keep each version in one place"
+            )
+        packages.update(common)
+    return packages
 
 
 def check_schema(path: Path, data: dict, schema: dict[str, type], prefix: str) -> None:

@@ -1,4 +1,5 @@
-"""`launch`: arguments -> config -> plan -> execution (or, with --dry-run, the plan printed).
+"""`launch`: arguments -> config -> job (the program, read once) -> plan -> execution, with restarts (or, with
+--dry-run, the plan printed).
 
 Per rank under srun / mpirun / PBS / SGE / LSF (`srun ... launch train`), per node with
 `--nproc-per-node K`, or from a head node over pdsh or mpirun (`--launcher pdsh --hostfile H`), or srun from a
@@ -11,7 +12,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from zerokit.cluster.base import ClusterEnvironment
@@ -22,7 +23,8 @@ from zerokit.image.provenance import redacted_argv
 from zerokit.launch import heartbeat
 from zerokit.launch.config import LaunchConfig, parse
 from zerokit.launch.execute import execute
-from zerokit.launch.head_restart import Replan, restarting_nodes
+from zerokit.launch.head_restart import Replan
+from zerokit.launch.job import read_job
 from zerokit.launch.job_ops import check_job_ops, ops_loaded
 from zerokit.launch.nccl_plugin import check_nccl_plugin
 from zerokit.launch.plan import Plan, plan
@@ -70,12 +72,13 @@ def run(config: LaunchConfig) -> int:
     cluster = launch_environment(os.environ, config.scheduler)
     if cluster is None:
         refuse_hidden_job(os.environ)
-    environ: Mapping[str, str] = os.environ
-    the_plan = plan(config, cluster, environ, os.cpu_count() or 1, interface_to, free_port)
-    watch = heartbeat_watch(config, the_plan)
-    if watch is not None:  # the nodes' launches are told where to send their heartbeats
-        environ = {**os.environ, heartbeat.VARIABLE: watch.address}
-        the_plan = plan(config, cluster, environ, os.cpu_count() or 1, interface_to, free_port)
+    job = read_job(config.target, os.environ)  # what launch knows of the program, read once
+    # The head's watch of its nodes' heartbeats, for a launch that restarts them: opened when the plan names the
+    # hosts (a head-node plan with a command per host), never for a plan only printed.
+    beats = config.max_restarts and config.node_timeout and not (config.dry_run or config.print_command)
+    watch = heartbeat.HeadHeartbeats(config.node_timeout) if beats else None
+    beat = watch.address if watch is not None else None
+    the_plan = plan(config, cluster, os.environ, os.cpu_count() or 1, interface_to, free_port, beat)
     for note in the_plan.notes:
         print(f"launch: {note}", file=sys.stderr)
     if config.print_command:
@@ -84,12 +87,12 @@ def run(config: LaunchConfig) -> int:
     if config.dry_run:
         print(json.dumps(the_plan.to_json(), indent=2) if config.as_json else describe(the_plan))
         return 0
-    check_commands(the_plan.commands, os.environ)
+    check_commands(the_plan.commands, job, os.environ)
     if the_plan.environment == "local":  # rank 0's rendezvous store listens here
         check_port_free(the_plan.main_port, PORT_FIX)
     if config.preflight and runs_preflight(the_plan):
         prebuilt = read_prebuilt()
-        loaded = ops_loaded(config.target, os.environ, prebuilt)  # the job's config, read once
+        loaded = ops_loaded(job, os.environ, prebuilt)
         check_job_ops(loaded, prebuilt, config.strict_ops)
         check_nccl_plugin(config.nccl_plugin, {**os.environ, **the_plan.env})
         failures = preflight_failures(the_plan, os.environ, loaded)
@@ -104,21 +107,10 @@ def run(config: LaunchConfig) -> int:
         stop_when_stdin_closes()
     if config.node_host and heartbeat.VARIABLE in os.environ:  # a node of a head-node launch that watches
         heartbeat.send_heartbeats(os.environ[heartbeat.VARIABLE], config.node_host)
-    if the_plan.mode == "remote" and config.max_restarts:
-        return restarting_nodes(the_plan, config, replanner(cluster), environ, watch)
-    return execute(the_plan, config.stop_grace, config.stall_timeout, config.max_restarts)
+    return execute(the_plan, job, config, replanner(cluster, beat), watch.lost if watch is not None else None)
 
 
-def heartbeat_watch(config: LaunchConfig, the_plan: Plan) -> heartbeat.HeartbeatWatch | None:
-    """The head's watch of its nodes' heartbeats: with restarts, where each host has a command of its own."""
-    per_host = any(command.host for command in the_plan.commands)  # plan.head_commands: one per host, named
-    if the_plan.mode != "remote" or not config.max_restarts or not config.node_timeout or not per_host:
-        return None
-    if config.dry_run or config.print_command:
-        return None
-    return heartbeat.HeartbeatWatch(the_plan.hosts)
-
-
-def replanner(cluster: ClusterEnvironment | None) -> Replan:
-    """How a head-node restart plans the job again (on fewer hosts): as the first plan was made."""
-    return lambda config, environ: plan(config, cluster, environ, os.cpu_count() or 1, interface_to, free_port)
+def replanner(cluster: ClusterEnvironment | None, beat: Callable[[tuple[str, ...]], str] | None) -> Replan:
+    """How a head-node restart plans the job again (on other hosts): as the first plan was made, with the same
+    heartbeat watch."""
+    return lambda config, environ: plan(config, cluster, environ, os.cpu_count() or 1, interface_to, free_port, beat)

@@ -1,7 +1,8 @@
 """`launch --max-restarts N` from the head node (`--launcher pdsh|mpirun|mpiexec --hostfile H`, or `--launcher srun`
 in a Slurm job's batch step): when a node's ranks die or a node stops answering, the job starts again on the hosts
-that answer, from the run's last whole checkpoint (train with `--resume auto`, as on one node:
-zerokit.launch.restart), while at least `--min-nodes` of them do.
+that answer, from the run's last whole checkpoint (train with `--resume auto`, as on one node), while at least
+`--min-nodes` of them do. The restart loop's two strategies for it (zerokit.launch.restart_loop): how a fault is
+seen (NodeExits), and which hosts come next (Survivors).
 
 - A node's end, seen: under pdsh and srun, one command per host (zerokit.launch.plan.head_commands: a pdsh, a
   step of one task), so that launch sees which node's launch ended, and when: with its ranks' machine fault (137
@@ -38,25 +39,18 @@ from pathlib import Path
 from zerokit.foundations import restart_log
 from zerokit.image.provenance import now
 from zerokit.launch.config import LaunchConfig
-from zerokit.launch.execute import resume_point, write_log
-from zerokit.launch.heartbeat import HeartbeatWatch
+from zerokit.launch.job import Job
 from zerokit.launch.plan import Plan
-from zerokit.launch.probe import PROBE_SECONDS, silent_hosts
-from zerokit.launch.restart import is_machine_fault, log_path, rescaled_argv, restart_argv
-from zerokit.launch.supervisor import (
-    Supervisor,
-    exit_code,
-    has_final_model,
-    output_dir,
-    outputs_state,
-    queued_signals,
-    say,
-    supervise,
-)
+from zerokit.launch.probe import PROBE_SECONDS
+from zerokit.launch.restart import is_machine_fault
+from zerokit.launch.restart_loop import Attempt, Next
+from zerokit.launch.supervisor import Supervisor, exit_code
 
 SSH_LOST = 255  # ssh's status when it could not connect, or lost its connection
 # Makes the plan of the job on other hosts: plan.plan, with this launch's cluster, interfaces and ports.
 Replan = Callable[[LaunchConfig, Mapping[str, str]], Plan]
+# The hosts that do not answer -> why (zerokit.launch.probe: over ssh, or in Slurm's view).
+Probe = Callable[[Sequence[str]], dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -74,6 +68,30 @@ class NodeFault:
         launcher's rank died, and its own report names the node)."""
         return tuple(dict.fromkeys((*self.failed, *self.silent)))
 
+    @property
+    def who(self) -> str:
+        return ", ".join(self.nodes) or "the job"
+
+    @property
+    def said(self) -> str:
+        return self.cause
+
+    def event(self, restart: int | None, max_restarts: int, resumes: str | None, where: Next) -> dict:
+        """One fault in the log: when, the nodes at fault, what, those left out, and the restart it led to (None:
+        none) on which hosts, the spares that joined among them."""
+        return {
+            "at": now(),
+            "nodes": list(self.nodes),
+            "cause": self.cause,
+            "exit": self.code,
+            "left_out": list(self.silent),
+            "restart": restart,
+            "max_restarts": max_restarts,
+            "resumes_from": resumes,
+            "hosts": list(where.hosts) if restart is not None else None,
+            "spares_joined": list(where.joined) if restart is not None else [],
+        }
+
 
 def is_node_fault(returncode: int) -> bool:
     """Whether a head-node command's end (Popen's return code) says its node failed: its ranks' machine fault,
@@ -81,110 +99,76 @@ def is_node_fault(returncode: int) -> bool:
     return is_machine_fault(returncode) or exit_code(returncode) == SSH_LOST
 
 
-def node_fault(supervisor: Supervisor, hosts: Sequence[str], code: int, launcher: str) -> NodeFault | None:
-    """What ended the job (`code`: launch's status for it), when a node is to blame; None otherwise. Probes the
-    hosts as `launcher` reaches them (zerokit.launch.probe)."""
-    ended = [rank for rank in supervisor.ranks if not rank.stopped and is_node_fault(rank.process.returncode)]
-    silent = silent_hosts(launcher, hosts)
-    if not ended and not silent:
-        return None
-    named = ended or [rank for rank in (supervisor.failure,) if rank is not None]
-    said = [f"{rank.label} {supervisor.ended_how(rank)}" for rank in named]
-    said += [f"{host} does not answer ({why})" for host, why in silent.items()]
-    failed = tuple(rank.host for rank in ended if rank.host)
-    return NodeFault(failed, silent, code, "; ".join(said))
+@dataclass(frozen=True)
+class NodeExits:
+    """A fault seen from the head: a node's launch that ended by a machine fault or lost its connection, or whose
+    heartbeats stopped (`lost`: its command is ended, then seen so), and the hosts that no longer answer (`probe`).
+    None when no node is to blame."""
+
+    probe: Probe
+    lost: Callable[[], Mapping[str, float]] | None = None
+    stall = None  # each node's launch watches its own ranks
+
+    def fault(self, supervisor: Supervisor, code: int, attempt: Attempt) -> NodeFault | None:
+        ended = [rank for rank in supervisor.ranks if not rank.stopped and is_node_fault(rank.process.returncode)]
+        silent = self.probe((*attempt.hosts, *attempt.spares))
+        if not ended and not silent:
+            return None
+        named = ended or [rank for rank in (supervisor.failure,) if rank is not None]
+        said = [f"{rank.label} {supervisor.ended_how(rank)}" for rank in named]
+        said += [f"{host} does not answer ({why})" for host, why in silent.items()]
+        failed = tuple(rank.host for rank in ended if rank.host)
+        return NodeFault(failed, silent, code, "; ".join(said))
 
 
-def next_hosts(the_plan: Plan, left_out: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def next_hosts(hosts: Sequence[str], spares: Sequence[str], left_out: Mapping[str, str]) -> Next:
     """The hosts a restart runs on, and the spares still free: the job's hosts that answer, in their order, then
     a spare that answers in the place of each host left out (--nnodes); without one the job shrinks."""
-    kept = tuple(host for host in the_plan.hosts if host not in left_out)
-    free = tuple(host for host in the_plan.spares if host not in left_out)
-    taken = free[: len(the_plan.hosts) - len(kept)]
-    return (*kept, *taken), free[len(taken) :]
+    kept = tuple(host for host in hosts if host not in left_out)
+    free = tuple(host for host in spares if host not in left_out)
+    taken = free[: len(hosts) - len(kept)]
+    return Next((*kept, *taken), free[len(taken) :], taken, left_out)
 
 
-def restart_config(config: LaunchConfig, hosts: tuple[str, ...], spares: tuple[str, ...], first: int) -> LaunchConfig:
-    """The config of the job started again on hosts (`first` of them started it), the spares left behind them:
-    train resumes (restart_argv) with the run's global batch (rescaled_argv), behind the check if asked."""
-    target = rescaled_argv(restart_argv(config.target), len(hosts), first)
-    check = replace(config.check, target=target) if config.check is not None else None
-    return replace(config, hosts_from_file=(*hosts, *spares), target=target, check=check)
+@dataclass(frozen=True)
+class Survivors:
+    """The job starts again on the hosts that answer, a spare in the place of each host left out, planned again on
+    them (`replan`, with the launch's variables `environ`), while at least `min_nodes` answer."""
+
+    config: LaunchConfig
+    replan: Replan
+    environ: Mapping[str, str]
+
+    def after(self, attempt: Attempt, fault: NodeFault) -> Next:
+        return next_hosts(attempt.hosts, attempt.spares, fault.silent)
+
+    def too_few(self, attempt: Attempt, where: Next, fault: NodeFault) -> str | None:
+        if len(where.hosts) >= self.config.min_nodes:
+            return None
+        return too_few_line(len(where.hosts), len(attempt.hosts), self.config.min_nodes, fault.cause)
+
+    def words(self, where: Next) -> tuple[str, str]:
+        joined = where.joined
+        instead = f", spare {', '.join(joined)} in {'its' if len(joined) == 1 else 'their'} place" if joined else ""
+        left = f"{', '.join(where.left_out)} left out{instead}; " if where.left_out else ""
+        return left, f" on {len(where.hosts)} node(s) ({','.join(where.hosts)})"
+
+    def start(self, attempt: Attempt, job: Job, where: Next, log: Path) -> Attempt:
+        again = restart_config(self.config, job, where.hosts, where.spares)
+        the_plan = self.replan(again, {**self.environ, restart_log.VARIABLE: str(log)})
+        wait_for_port(the_plan.main_address, the_plan.main_port, self.config.stop_grace + PROBE_SECONDS)
+        return Attempt(the_plan.commands, job, the_plan.hosts, the_plan.spares)
 
 
-def node_event(
-    fault: NodeFault, restart: int | None, max_restarts: int, resumes: str | None, hosts: Sequence[str],
-    joined: Sequence[str] = (),
-) -> dict:  # fmt: skip
-    """One fault in the log: when, the nodes at fault, what, those left out, and the restart it led to (None:
-    none) on which hosts, spares `joined` among them."""
-    return {
-        "at": now(),
-        "nodes": list(fault.nodes),
-        "cause": fault.cause,
-        "exit": fault.code,
-        "left_out": list(fault.silent),
-        "restart": restart,
-        "max_restarts": max_restarts,
-        "resumes_from": resumes,
-        "hosts": list(hosts) if restart is not None else None,
-        "spares_joined": list(joined) if restart is not None else [],
-    }
+def restart_config(config: LaunchConfig, job: Job, hosts: tuple[str, ...], spares: tuple[str, ...]) -> LaunchConfig:
+    """The config of the job started again on hosts, the spares left behind them, behind the check if asked."""
+    check = replace(config.check, target=job.argv) if config.check is not None else None
+    return replace(config, hosts_from_file=(*hosts, *spares), target=job.argv, check=check)
 
 
 def too_few_line(answering: int, hosts: int, min_nodes: int, cause: str) -> str:
     """The start of the line that ends a job with fewer answering nodes than --min-nodes."""
     return f"{answering} of {hosts} nodes answer, fewer than --min-nodes {min_nodes}: {cause}; not restarted"
-
-
-def restart_line(fault: NodeFault, restart: int, max_restarts: int, hosts: Sequence[str], joined: Sequence[str],
-                 start: str) -> str:  # fmt: skip
-    """The line that says a node fault and the restart it leads to (the spares `joined` in the job)."""
-    instead = f", spare {', '.join(joined)} in {'its' if len(joined) == 1 else 'their'} place" if joined else ""
-    left = f"{', '.join(fault.silent)} left out{instead}; " if fault.silent else ""
-    return (
-        f"{fault.cause}: a machine fault; {left}restart {restart} of {max_restarts} on {len(hosts)} node(s) "
-        f"({','.join(hosts)}), {start}"
-    )
-
-
-def restarting_nodes(
-    first: Plan, config: LaunchConfig, replan: Replan, environ: Mapping[str, str], watch: HeartbeatWatch | None = None
-) -> int:
-    """Run the head node's commands; after a node fault, while restarts remain and at least --min-nodes hosts
-    answer, again on those, from the run's last whole checkpoint; each fault logged and said in one line. With a
-    watch, a node whose heartbeats stop for --node-timeout is a node fault too (zerokit.launch.heartbeat)."""
-    argv = config.target
-    log = log_path(output_dir(argv), Path.cwd())
-    events: list[dict] = []
-    the_plan, restart = first, 0
-    # Under srun, the Slurm job's nodes (no hostfile given); the spares behind the job's hosts (--nnodes).
-    config = replace(config, hosts_from_file=(*first.hosts, *first.spares))
-    lost = (lambda: watch.silent(config.node_timeout)) if watch is not None else None
-    with queued_signals() as received:
-        while True:
-            restart += 1
-            code, supervisor = supervise(the_plan.commands, config.stop_grace, None, received, lost)
-            if code == 0 or supervisor.stop_signal is not None or has_final_model(argv):
-                return code
-            fault = node_fault(supervisor, (*the_plan.hosts, *the_plan.spares), code, config.launcher)
-            if fault is None:
-                return code
-            hosts, spares = next_hosts(the_plan, fault.silent)
-            joined = [host for host in hosts if host in the_plan.spares]
-            again = restart <= config.max_restarts and len(hosts) >= config.min_nodes
-            resumes = resume_point(restart_argv(argv)) if again else None
-            events.append(node_event(fault, restart if again else None, config.max_restarts, resumes, hosts, joined))
-            kept = write_log(log, events)
-            if not again:
-                why = end_words(fault, restart, config, len(the_plan.hosts), len(hosts))
-                say(f"{why}: {outputs_state(argv)}; {kept}")
-                return code
-            start = f"from {resumes}" if resumes else "as given"
-            say(f"{restart_line(fault, restart, config.max_restarts, hosts, joined, start)}; {kept}")
-            again_config = restart_config(config, hosts, spares, len(first.hosts))
-            the_plan = replan(again_config, {**environ, restart_log.VARIABLE: str(log)})
-            wait_for_port(the_plan.main_address, the_plan.main_port, config.stop_grace + PROBE_SECONDS)
 
 
 def wait_for_port(address: str, port: int, seconds: float) -> None:
@@ -197,12 +181,3 @@ def wait_for_port(address: str, port: int, seconds: float) -> None:
         except OSError:
             return
         time.sleep(0.2)
-
-
-def end_words(fault: NodeFault, restart: int, config: LaunchConfig, hosts: int, answering: int) -> str:
-    """Why a node fault ends the job: restarts exhausted, or too few nodes answer."""
-    if restart > config.max_restarts:
-        who = ", ".join(fault.nodes) or "the job"
-        limit = config.max_restarts
-        return f"{who} failed again ({fault.cause}); restarts exhausted ({limit} of {limit})"
-    return too_few_line(answering, hosts, config.min_nodes, fault.cause)

@@ -67,6 +67,23 @@ class HeartbeatWatch:
         self.server.close()
 
 
+class HeadHeartbeats:
+    """The head's watch for a launch that restarts its nodes (--node-timeout): opened once, where its plan first
+    names the hosts that beat (zerokit.launch.plan asks for `address`); the hosts counted lost since (`lost`)."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.watch: HeartbeatWatch | None = None
+
+    def address(self, hosts: Sequence[str]) -> str:
+        if self.watch is None:
+            self.watch = HeartbeatWatch(hosts)
+        return self.watch.address
+
+    def lost(self) -> dict[str, float]:
+        return self.watch.silent(self.timeout) if self.watch is not None else {}
+
+
 def head_address(hosts: Sequence[str]) -> str:
     """This host's address as the job's hosts reach it: the source of its route to the first of them that is not
     a loopback address (the head is often the first host itself)."""

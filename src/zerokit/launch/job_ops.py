@@ -7,45 +7,40 @@ zerokit.sources.ds_ops says what it loads) and compares it with the install's pr
 (exit 2), nothing started. The same ops decide which of doctor's failed op checks refuse the job
 (zerokit.launch.preflight).
 
-The config is the one the launched command names: `train --config NAME|FILE` (else ZEROKIT_CONFIG, else train's
-default; `none`: no DeepSpeed), or any other command's `--deepspeed_config FILE` (DeepSpeed's own flag) or
-`--deepspeed FILE` (HF's TrainingArguments). train's is checked as train checks it (zerokit.sources.ds_config_check:
-a missing file, bad JSON, a misspelt key, a wrong value), so launch refuses it here, before any rank starts; a
-script's that does not exist or is not JSON is left to the script, which reports it.
+The config is the one the launched command names, as its record reads it (zerokit.launch.job):
+`train --config NAME|FILE` (else ZEROKIT_CONFIG, else train's default; `none`: no DeepSpeed), or any other command's
+`--deepspeed_config FILE` (DeepSpeed's own flag) or `--deepspeed FILE` (HF's TrainingArguments). train's is checked
+as train checks it (zerokit.sources.ds_config_check: a missing file, bad JSON, a misspelt key, a wrong value), so
+launch refuses it here, before any rank starts; a script's that does not exist or is not JSON is left to the
+script, which reports it.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
-from zerokit.foundations.flags import flag_value
 from zerokit.image.ds_install import Prebuilt
+from zerokit.launch.job import Job
 from zerokit.sources.ds_config_check import check_ds_config
-from zerokit.sources.ds_configs import DEFAULT_CONFIG, resolve_ds_config
+from zerokit.sources.ds_configs import resolve_ds_config
 from zerokit.sources.ds_ops import ops_needed
 
-TRAIN = ("-m", "zerokit", "train")  # a target's argv after the interpreter (zerokit.launch.config.target_argv)
-SCRIPT_FLAGS = ("--deepspeed_config", "--deepspeed")  # DeepSpeed's `--deepspeed` alone is a switch: no value
 
-
-def job_ds_config(argv: Sequence[str], environ: Mapping[str, str]) -> dict | None:
-    """The DeepSpeed config the command runs with; None for none, or a script's it cannot read (it says why).
+def job_ds_config(job: Job) -> dict | None:
+    """The DeepSpeed config the job runs with; None for none, or a script's it cannot read (it says why).
     One train would refuse raises UserError."""
-    words = list(argv)
-    if tuple(words[1:4]) == TRAIN:
-        name = flag_value(words[4:], "--config") or environ.get("ZEROKIT_CONFIG") or DEFAULT_CONFIG
-        path = resolve_ds_config(name)
+    if job.kind == "train":
+        path = resolve_ds_config(job.ds_configs[0])
         if path is None:
             return None
         check_ds_config(path)
         return read_config(path)
-    for flag in SCRIPT_FLAGS:
-        value = flag_value(words, flag)
-        if value and not value.startswith("-") and (config := read_config(Path(value))) is not None:
+    for value in job.ds_configs:
+        if (config := read_config(Path(value))) is not None:
             return config
     return None
 
@@ -58,10 +53,10 @@ def read_config(path: Path) -> dict | None:
     return config if isinstance(config, dict) else None
 
 
-def ops_loaded(target: Sequence[str], environ: Mapping[str, str], prebuilt: Prebuilt | None) -> dict[str, str] | None:
+def ops_loaded(job: Job, environ: Mapping[str, str], prebuilt: Prebuilt | None) -> dict[str, str] | None:
     """op -> why, for each op the job's DeepSpeed config makes a rank load (DS_ACCELERATOR overrides the install's
     accelerator); None when that is not known: no DeepSpeed installed, or no config the job names that can be read."""
-    if prebuilt is None or (config := job_ds_config(target, environ)) is None:
+    if prebuilt is None or (config := job_ds_config(job)) is None:
         return None
     return ops_needed(config, environ.get("DS_ACCELERATOR") or prebuilt.accelerator)
 

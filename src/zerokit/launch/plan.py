@@ -30,6 +30,7 @@ from zerokit.image.runtimes import inside
 from zerokit.launch.command import Command
 from zerokit.launch.config import LaunchConfig
 from zerokit.launch.head import HEAD_LAUNCHERS, HeadJob, HeadLauncher
+from zerokit.launch.heartbeat import VARIABLE as HEARTBEAT_VARIABLE
 from zerokit.launch.nccl_plugin import forwarded, plugin_env
 from zerokit.launch.rank.environment import deepspeed_arch_env
 from zerokit.launch.rank.progress import TIMEOUT_VARIABLE
@@ -77,6 +78,24 @@ def threads_per_rank(environ: Mapping[str, str], cpu_count: int, local_ranks: in
     return environ.get("OMP_NUM_THREADS") or str(max(1, cpu_count // max(1, local_ranks)))
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where this launch stands in the job (the plan's first half, before its commands): the mode, whose hosts,
+    which node of how many, how many ranks per node, the rendezvous."""
+
+    mode: str
+    environment: str
+    hosts: tuple[str, ...]
+    nnodes: int
+    node_rank: int
+    nproc: int
+    main_address: str
+    main_port: int
+    routed: bool  # whether the interface that routes to the main address is looked up (no --ifname)
+    spares: tuple[str, ...] = ()
+    rank: RankEnv | None = None  # exec: the rank its scheduler started
+
+
 def plan(
     config: LaunchConfig,
     cluster: ClusterEnvironment | None,
@@ -84,90 +103,75 @@ def plan(
     cpu_count: int,
     interface_to: Callable[[str], str],
     free_port: Callable[[], int],
+    heartbeat: Callable[[tuple[str, ...]], str] | None = None,
 ) -> Plan:
-    """The plan for this process. Raises UserError for a setup that cannot work, naming the fix."""
-    made = _plan(config, cluster, environ, cpu_count, interface_to, free_port)
-    check_restarts(config, made)
-    if config.check is not None and config.launcher not in HEAD_LAUNCHERS:
-        return _with_check(made, config)
-    return made
+    """The plan for this process. Raises UserError for a setup that cannot work, naming the fix.
+
+    `heartbeat`: where the head's watch listens for the heartbeats of the given hosts' launches (host:port,
+    zerokit.launch.heartbeat), asked for a head-node launch that restarts its nodes one by one; None: no watch."""
+    where = _where(config, cluster, environ, free_port)
+    route = config.ifname or (interface_to(where.main_address) if where.routed else None)
+    check_restarts(config, where)
+    # Each rank runs the health check first (zerokit.healthcheck), which then execs the target if it passed.
+    target = (
+        config.target if config.check is None else rank_argv(config.python, replace(config.check, hosts=where.hosts))
+    )
+    if where.mode == "remote":
+        return _remote_plan(config, where, environ, route, target, heartbeat)
+    return _ranks_plan(config, where, environ, cpu_count, route, target)
 
 
-def check_restarts(config: LaunchConfig, plan: Plan) -> None:
+def check_restarts(config: LaunchConfig, where: Where) -> None:
     """--max-restarts restarts what one launch starts, so it must be the whole job: the ranks of one node, or
     every node from the head node. One node's launch of several (srun's, or the head's pdsh's) cannot: the
     other nodes' ranks would wait for the restarted ones in a rendezvous that is gone."""
-    whole_job = plan.mode == "remote" or (plan.mode == "spawn" and plan.nnodes == 1)
+    whole_job = where.mode == "remote" or (where.mode == "spawn" and where.nnodes == 1)
     if config.max_restarts and not whole_job:
-        where = f"{plan.nnodes} nodes" if plan.mode == "spawn" else f"{plan.mode} mode under {plan.environment}"
+        at = f"{where.nnodes} nodes" if where.mode == "spawn" else f"{where.mode} mode under {where.environment}"
         raise UserError(
             f"--max-restarts restarts the ranks launch starts, on one node (launch --nproc-per-node K) or from the "
             f"head node (--launcher pdsh|mpirun --hostfile H, or srun in a Slurm job's batch script); this is "
-            f"{where}: drop --max-restarts (and ZEROKIT_MAX_RESTARTS), or start the job from the head node"
+            f"{at}: drop --max-restarts (and ZEROKIT_MAX_RESTARTS), or start the job from the head node"
         )
     if config.max_restarts and config.print_command:
         raise UserError(
             "--print-command prints a command that launch does not run, so nothing would restart it: drop "
             "--max-restarts (and ZEROKIT_MAX_RESTARTS), or let launch run the job"
         )
-    check_min_nodes(config, plan)
-
-
-def check_min_nodes(config: LaunchConfig, plan: Plan) -> None:
-    """--min-nodes counts the hosts a head-node launch restarts on: it needs one, with restarts, and no more
-    than it starts the job on."""
     if config.min_nodes == 1:
         return
-    if plan.mode != "remote" or not config.max_restarts:
+    # --min-nodes counts the hosts a head-node launch restarts on: it needs one, with restarts, and no more than it
+    # starts the job on.
+    if where.mode != "remote" or not config.max_restarts:
         raise UserError(
             f"--min-nodes {config.min_nodes} is the fewest nodes a head-node launch restarts on: add --launcher "
             "pdsh|mpirun --hostfile H (or srun, in a Slurm job) --max-restarts N, or drop --min-nodes (and "
             "ZEROKIT_MIN_NODES)"
         )
-    if config.min_nodes > len(plan.hosts):
+    if config.min_nodes > len(where.hosts):
         source = "Slurm job" if HEAD_LAUNCHERS[config.launcher].in_allocation else "hostfile"
         raise UserError(
-            f"--min-nodes {config.min_nodes} is more than the {len(plan.hosts)} hosts of the {source}: lower it, "
+            f"--min-nodes {config.min_nodes} is more than the {len(where.hosts)} hosts of the {source}: lower it, "
             "or list more hosts"
         )
 
 
-def _with_check(plan: Plan, config: LaunchConfig) -> Plan:
-    """Each rank runs the health check (zerokit.healthcheck), which then execs its command if it passed."""
-    wrap = rank_argv(config.python, replace(config.check, hosts=plan.hosts))
-    return replace(plan, commands=tuple(replace(c, argv=wrap) for c in plan.commands))
-
-
-def checked_target(config: LaunchConfig, hosts: tuple[str, ...]) -> tuple[str, ...]:
-    """What a head-node launch starts on every rank: the target, behind the check when one is asked for."""
-    return config.target if config.check is None else rank_argv(config.python, replace(config.check, hosts=hosts))
-
-
-def _plan(config, cluster, environ, cpu_count, interface_to, free_port) -> Plan:
+def _where(config, cluster, environ, free_port) -> Where:
     if config.launcher in HEAD_LAUNCHERS:
-        return _remote_plan(config, cluster, environ, interface_to)
+        return _head_where(config, cluster, environ)
     if config.hosts:  # one node of a head-node launch: --hosts and --node-host came from the head
         if config.node_host not in config.hosts:
             raise UserError(f"--node-host {config.node_host!r} is not in --hosts {','.join(config.hosts)}")
+        # A step that a head's srun started is in Slurm's variables.
+        environment = cluster.name if cluster else "pdsh"
         node_rank = config.hosts.index(config.node_host)
         main_address = config.master_addr or config.hosts[0]
         port = config.master_port or DEFAULT_PORT
-        return _node_plan(
-            config,
-            cluster.name if cluster else "pdsh",  # a step that a head's srun started is in Slurm's variables
-            config.hosts,
-            len(config.hosts),
-            node_rank,
-            main_address,
-            port,
-            environ,
-            cpu_count,
-            interface_to,
-        )
+        return _node_where(config, environment, config.hosts, len(config.hosts), node_rank, main_address, port)
     if cluster is None:
         main_address = config.master_addr or "127.0.0.1"
         port = config.master_port or free_port()
-        return _node_plan(config, "local", (), 1, 0, main_address, port, environ, cpu_count, interface_to)
+        return _node_where(config, "local", (), 1, 0, main_address, port)
     if config.nproc_per_node and config.nproc_per_node > 1:
         if cluster.local_world_size != 1:
             raise UserError(
@@ -177,99 +181,85 @@ def _plan(config, cluster, environ, cpu_count, interface_to, free_port) -> Plan:
             )
         main_address = config.master_addr or cluster.main_address
         port = config.master_port or cluster.main_port
-        return _node_plan(
-            config,
-            cluster.name,
-            cluster.hosts,
-            cluster.world_size,
-            cluster.rank,
-            main_address,
-            port,
-            environ,
-            cpu_count,
-            interface_to,
-        )
-    return _rank_plan(config, cluster, environ, cpu_count, interface_to)
-
-
-def _ifname(config: LaunchConfig, main_address: str, interface_to: Callable[[str], str]) -> str:
-    return config.ifname or interface_to(main_address)
-
-
-def _rank_plan(config, cluster, environ, cpu_count, interface_to) -> Plan:
-    """exec: this process is a rank that a scheduler or launcher started."""
+        return _node_where(config, cluster.name, cluster.hosts, cluster.world_size, cluster.rank, main_address, port)
+    # exec: this process is a rank that a scheduler or launcher started.
     main_address = config.master_addr or cluster.main_address
     port = config.master_port or cluster.main_port
-    ifname = _ifname(config, main_address, interface_to)
-    arch_env, note = deepspeed_arch_env(environ)
-    threads = threads_per_rank(environ, cpu_count, cluster.local_world_size)
-    env = {**nic_env(ifname), "OMP_NUM_THREADS": threads, **arch_env, **plugin_env(config.nccl_plugin, environ)}
-    rank_env = replace(cluster.rank_env(), main_address=main_address, main_port=port).variables()
-    nnodes = max(1, cluster.world_size // cluster.local_world_size)
-    return Plan(
+    return Where(
         mode="exec",
         environment=cluster.name,
         hosts=cluster.hosts,
-        nnodes=nnodes,
+        nnodes=max(1, cluster.world_size // cluster.local_world_size),
         node_rank=cluster.node_rank,
-        nproc_per_node=cluster.local_world_size,
-        world_size=cluster.world_size,
+        nproc=cluster.local_world_size,
         main_address=main_address,
         main_port=port,
-        ifname=ifname,
-        env=env,
-        commands=(Command(config.target, {**env, **rank_env}),),
-        notes=(note,) if note and cluster.rank == 0 else (),
+        routed=True,
+        rank=replace(cluster.rank_env(), main_address=main_address, main_port=port),
     )
 
 
-def _node_plan(
-    config, environment, hosts, nnodes, node_rank, main_address, port, environ, cpu_count, interface_to
-) -> Plan:
-    """spawn: K ranks of node `node_rank` out of `nnodes`, supervised by this launch (one rank alone too)."""
+def _node_where(config, environment, hosts, nnodes, node_rank, main_address, port) -> Where:
+    """spawn: K ranks of node `node_rank` out of `nnodes`, supervised by this launch (one rank alone too). One
+    node alone talks over loopback; across nodes, over the interface that reaches the main node."""
     nproc = config.nproc_per_node or 1
-    # One node alone talks over loopback; across nodes, over the interface that reaches the main node.
-    ifname = config.ifname or (interface_to(main_address) if nnodes > 1 else None)
-    arch_env, note = deepspeed_arch_env(environ)
-    threads = threads_per_rank(environ, cpu_count, nproc)
-    env = {**(nic_env(ifname) if ifname else {}), "OMP_NUM_THREADS": threads, **arch_env}
-    env |= plugin_env(config.nccl_plugin, environ)
-    world_size = nnodes * nproc
-    ranks = (RankEnv(node_rank * nproc + i, i, world_size, nproc, node_rank, main_address, port) for i in range(nproc))
-    commands = tuple(Command(config.target, {**env, **rank.variables()}) for rank in ranks)
-    return Plan(
-        mode="spawn",
-        environment=environment,
-        hosts=hosts,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        nproc_per_node=nproc,
-        world_size=world_size,
-        main_address=main_address,
-        main_port=port,
-        ifname=ifname,
-        env=env,
-        commands=commands,
-        notes=(note,) if note and node_rank == 0 else (),
-    )
+    return Where("spawn", environment, hosts, nnodes, node_rank, nproc, main_address, port, routed=nnodes > 1)
 
 
-def _remote_plan(config, cluster, environ, interface_to) -> Plan:
-    """remote: from the head node, one `launch` per host (pdsh, srun), or every rank at once (an MPI launcher)."""
+def _head_where(config, cluster, environ) -> Where:
+    """remote: from the head node, the job's hosts (and spares) and its rendezvous."""
     launcher = HEAD_LAUNCHERS[config.launcher]
     hosts, job_id = allocation(config, environ) if launcher.in_allocation else (config.hosts_from_file, None)
     hosts = hosts or (cluster.hosts if cluster else ())
     if not hosts:
         raise UserError(f"--launcher {config.launcher} needs the hosts: pass --hostfile FILE (one host per line)")
     hosts, spares = job_hosts(config, hosts)
-    nproc = config.nproc_per_node or 1
     main_address = config.master_addr or hosts[0]
     port = config.master_port or port_from_job_id(job_id or (cluster.job_id if cluster else None))
+    nproc = config.nproc_per_node or 1
+    return Where("remote", config.launcher, hosts, len(hosts), 0, nproc, main_address, port, launcher.needs_ifname,
+                 spares)  # fmt: skip
+
+
+def _ranks_plan(config, where, environ, cpu_count, route, target) -> Plan:
+    """exec or spawn: the ranks this launch becomes or starts, each with its variables."""
+    arch_env, note = deepspeed_arch_env(environ)
+    threads = threads_per_rank(environ, cpu_count, where.nproc)
+    env = {**(nic_env(route) if route else {}), "OMP_NUM_THREADS": threads, **arch_env}
+    env |= plugin_env(config.nccl_plugin, environ)
+    if where.rank is not None:  # exec
+        ranks, world_size, first = [where.rank], where.rank.world_size, where.rank.rank
+    else:
+        world_size, first = where.nnodes * where.nproc, where.node_rank
+        ranks = [RankEnv(first * where.nproc + i, i, world_size, where.nproc, first, where.main_address,
+                         where.main_port) for i in range(where.nproc)]  # fmt: skip
+    return Plan(
+        mode=where.mode,
+        environment=where.environment,
+        hosts=where.hosts,
+        nnodes=where.nnodes,
+        node_rank=where.node_rank,
+        nproc_per_node=where.nproc,
+        world_size=world_size,
+        main_address=where.main_address,
+        main_port=where.main_port,
+        ifname=route,
+        env=env,
+        commands=tuple(Command(target, {**env, **rank.variables()}) for rank in ranks),
+        notes=(note,) if note and first == 0 else (),  # said once: by rank 0's launch
+    )
+
+
+def _remote_plan(config, where, environ, route, target, heartbeat) -> Plan:
+    """remote: from the head node, one `launch` per host (pdsh, srun), or every rank at once (an MPI launcher)."""
+    launcher = HEAD_LAUNCHERS[config.launcher]
     # Inside the image, pdsh's command re-enters it on each host; an MPI launcher run from the image has its
     # daemons do it (its ranks then need neither the re-entry nor the host's PATH). A printed command
     # (--print-command) is the host's mpirun's to run: its ranks must enter the image themselves.
     in_image = inside(environ) is not None and launcher.daemons_reenter_image and not config.print_command
     env = forwarded_env(environ, host_path=not in_image)
+    if heartbeat is not None and config.max_restarts and config.node_timeout and launcher.host_argv is not None:
+        env[HEARTBEAT_VARIABLE] = heartbeat(where.hosts)  # each node's launch beats to the head's watch
     if config.stall_timeout != DEFAULT_STALL_TIMEOUT:  # the nodes' launches (or ranks) watch with the same
         env[TIMEOUT_VARIABLE] = f"{config.stall_timeout:g}"
     if config.stop_grace != DEFAULT_STOP_GRACE:  # the nodes' launches stop their ranks within the same
@@ -280,31 +270,31 @@ def _remote_plan(config, cluster, environ, interface_to) -> Plan:
     # srun's steps inherit its environment: the head's own variables are unset there.
     unset = tuple(sorted(name for name in environ if name.startswith(HEAD_ONLY_PREFIXES)))
     job = HeadJob(
-        hosts=hosts,
-        nproc_per_node=nproc,
-        main_address=main_address,
-        main_port=port,
-        ifname=config.ifname or (interface_to(main_address) if launcher.needs_ifname else None),
+        hosts=where.hosts,
+        nproc_per_node=where.nproc,
+        main_address=where.main_address,
+        main_port=where.main_port,
+        ifname=route,
         workdir=config.workdir,
         env=env,
         launch=(*([] if in_image else container_prefix(environ)), config.python, "-m", "zerokit", "launch"),
-        target=checked_target(config, hosts),
+        target=target,
         unset=unset if launcher.in_allocation else (),
     )
     return Plan(
         mode="remote",
         environment=config.launcher,
-        hosts=hosts,
-        nnodes=len(hosts),
+        hosts=where.hosts,
+        nnodes=where.nnodes,
         node_rank=0,
-        nproc_per_node=nproc,
+        nproc_per_node=where.nproc,
         world_size=job.world_size,
-        main_address=main_address,
-        main_port=port,
+        main_address=where.main_address,
+        main_port=where.main_port,
         ifname=config.ifname,
         env=env,
         commands=head_commands(launcher, job, config.max_restarts),
-        spares=spares,
+        spares=where.spares,
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from zerokit.launch.head import HEAD_LAUNCHERS
 from zerokit.launch.supervisor import describe_exit
@@ -29,11 +29,11 @@ SLURM_OUT_STATES = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "F
 STATE_FLAGS = "*~#%$@!^-"  # sinfo-style suffixes: * not responding, ~ powered off, $ maintenance, @ reboot, ...
 
 
-def silent_hosts(launcher: str, hosts: Sequence[str], timeout: float = PROBE_SECONDS) -> dict[str, str]:
-    """The hosts of a `--launcher` job that do not answer within timeout -> why, in the hosts' order."""
-    if HEAD_LAUNCHERS[launcher].in_allocation:
-        return silent_in_job(hosts, timeout)
-    return silent_over_ssh(hosts, timeout)
+def probe_for(launcher: str) -> Callable[[Sequence[str]], dict[str, str]]:
+    """How the hosts of a `--launcher` job are probed: in Slurm's view (srun), else over ssh; the probe gives the
+    hosts that do not answer within PROBE_SECONDS -> why, in the hosts' order."""
+    silent = silent_in_job if HEAD_LAUNCHERS[launcher].in_allocation else silent_over_ssh
+    return lambda hosts: silent(hosts, PROBE_SECONDS)
 
 
 def silent_over_ssh(hosts: Sequence[str], timeout: float) -> dict[str, str]:

@@ -13,12 +13,11 @@ import shutil
 from collections.abc import Mapping, Sequence
 
 from zerokit.foundations.errors import UserError
-from zerokit.foundations.flags import flag_value
 from zerokit.launch.command import Command
+from zerokit.launch.job import HF_ACCUMULATION, HF_MICRO_BATCH, USER_SCRIPT, Job
 
 # `launch -- python script.py`: the interpreters run as zerokit's own, through zerokit.launch.rank.user_script.
 PYTHON_NAMES = ("python", "python3")
-USER_SCRIPT = "zerokit.launch.rank.user_script"
 NOT_FOUND = 127
 NOT_EXECUTABLE = 126
 
@@ -66,11 +65,11 @@ def check_program(program: str, search_path: str) -> None:
         )
 
 
-def check_batch_size(args: Sequence[str], world_size: int) -> None:
+def check_batch_size(job: Job, world_size: int) -> None:
     """A script's `--deepspeed ds.json` whose fixed train_batch_size this job's ranks cannot make: refuse it
     here, before every rank fails in DeepSpeed's batch assertion. HF's flags and defaults (8 per device, 1
     accumulation step) give the rest, as HF hands them to DeepSpeed."""
-    path = flag_value(args, "--deepspeed")
+    path = job.hf_deepspeed
     if not path or not path.endswith(".json"):
         return
     try:
@@ -80,9 +79,9 @@ def check_batch_size(args: Sequence[str], world_size: int) -> None:
         return  # the script reports it, as it would without launch
     total = config.get("train_batch_size") if isinstance(config, dict) else None
     try:
-        micro = int(flag_value(args, "--per_device_train_batch_size") or 8)
-        steps = int(flag_value(args, "--gradient_accumulation_steps") or 1)
-    except (TypeError, ValueError):
+        micro = int(job.micro_batch or HF_MICRO_BATCH)
+        steps = int(job.accumulation or HF_ACCUMULATION)
+    except ValueError:
         return  # "auto" or a typo: HF fills or reports it
     if isinstance(total, int) and total != micro * steps * world_size:
         raise UserError(
@@ -92,9 +91,10 @@ def check_batch_size(args: Sequence[str], world_size: int) -> None:
         )
 
 
-def check_commands(commands: Sequence[Command], environ: Mapping[str, str]) -> None:
-    """check_program for each command, in the environment it will have; a user script's batch size."""
+def check_commands(commands: Sequence[Command], job: Job, environ: Mapping[str, str]) -> None:
+    """check_program for each command, in the environment it will have; a user script's batch size, where a rank
+    runs it (not behind the health check)."""
     for command in commands:
         check_program(command.argv[0], {**environ, **command.env}.get("PATH", os.defpath))
-        if command.argv[1:3] == ("-m", USER_SCRIPT) and "WORLD_SIZE" in command.env:
-            check_batch_size(command.argv[4:], int(command.env["WORLD_SIZE"]))
+        if job.kind == "script" and command.argv == job.argv and "WORLD_SIZE" in command.env:
+            check_batch_size(job, int(command.env["WORLD_SIZE"]))

@@ -32,7 +32,7 @@
   after a stall, else 128+N when launch itself got stop signal N, else 0.
 - Of ranks seen ended at the same look, one killed by a machine fault (zerokit.launch.restart) is taken as the
   first to fail: its peers' collectives fail a moment after it died, and they must not hide the cause.
-  `Supervisor.fault` says whether the job ended by such a fault (zerokit.launch.execute restarts it then).
+  The restart loop reads how the ranks ended from the Supervisor (zerokit.launch.local_restart.RankExits).
 """
 
 from __future__ import annotations
@@ -49,14 +49,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 from zerokit.cluster import node_memory
 from zerokit.cluster.shm_segments import remove_segments
 from zerokit.foundations.errors import REQUEUE_EXIT_CODE, UserError
-from zerokit.foundations.flags import flag_value
 from zerokit.launch.command import Command
+from zerokit.launch.job import Job, outputs_state, read_job
 from zerokit.launch.oom import SIGKILL_EXITS, oom_cause
 from zerokit.launch.rank.progress import STALL_EXIT_CODE
 from zerokit.launch.restart import is_machine_fault
@@ -73,14 +71,6 @@ POLL_SECONDS = 0.1
 AGREED_END_GRACE = 10.0
 AGREED_EXIT_CODES = (UserError.exit_code, REQUEUE_EXIT_CODE)
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-OUTPUT_DIR_FLAGS = ("--output_dir", "--output-dir")  # HF's TrainingArguments, zerokit train's
-# The weights save_model writes: whole, sharded (the index), legacy (.bin), or a LoRA adapter's.
-FINAL_MODEL_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "adapter_model.safetensors",
-)
 
 
 def exit_code(returncode: int) -> int:
@@ -99,27 +89,6 @@ def describe_exit(returncode: int) -> str:
     if returncode < 0:
         return f"was killed by {signal_name(-returncode)} (exit {exit_code(returncode)})"
     return f"exited with {returncode}"
-
-
-def output_dir(argv: Sequence[str]) -> str | None:
-    """The command's output folder (--output_dir), None when its command line names none."""
-    return next((value for flag in OUTPUT_DIR_FLAGS if (value := flag_value(argv, flag))), None)
-
-
-def has_final_model(argv: Sequence[str]) -> bool:
-    """Whether the final model of the command's run is in its output folder (relative to launch's)."""
-    folder = output_dir(argv)
-    return folder is not None and any((Path(folder) / name).is_file() for name in FINAL_MODEL_FILES)
-
-
-def outputs_state(argv: Sequence[str]) -> str:
-    """Whether the final model of the command's run is in its output folder, in words."""
-    folder = output_dir(argv)
-    if folder is None:
-        return "no --output_dir on its command line to check its outputs"
-    if has_final_model(argv):
-        return f"the final model is in {folder}: the run's outputs are complete"
-    return f"no final model in {folder}: the run's outputs are incomplete"
 
 
 def label(command: Command) -> str:
@@ -183,22 +152,13 @@ def say(line: str) -> None:
     print(f"launch: {line}", file=sys.stderr, flush=True)
 
 
-@dataclass(frozen=True)
-class Fault:
-    """A machine fault that ended the ranks (zerokit.launch.restart): who, the exit status, and how to say it."""
-
-    who: str  # "rank 1 (local 1)", or "the ranks" for a stall
-    rank: str | None  # its global rank; None for a stall
-    code: int  # launch's exit status for it
-    cause: str  # "was killed by SIGKILL (exit 137)", the OOM killer's words, or the stall's line
-
-
 class Supervisor:
     """Watches the ranks until every one has exited; see the module's docstring for the rules."""
 
     def __init__(
         self,
         ranks: list[Rank],
+        job: Job,
         stop_grace: float,
         stall: StallWatch | None = None,
         received: list[int] | None = None,
@@ -207,6 +167,7 @@ class Supervisor:
         """lost_nodes: the hosts counted lost -> seconds silent (a head's HeartbeatWatch, zerokit.launch.heartbeat);
         their commands are ended, which then fail as any command killed does."""
         self.ranks = ranks  # filled as they start, once the signal handlers are in place
+        self.job = job  # what the commands run: its outputs are said when a signal killed one
         self.lost_nodes = lost_nodes
         self.lost: dict[str, str] = {}  # host counted lost -> why, in words
         self.stop_grace = stop_grace
@@ -294,7 +255,7 @@ class Supervisor:
                 self.agreed_wait = time.monotonic() + AGREED_END_GRACE
             elif others and self.deadline is None:
                 self._stop_others(rank)
-            elif others or death_line(rank, self.cause) is None:  # else the last to end: its line follows at once
+            elif others or death_line(rank, self.job, self.cause) is None:  # else the last: its line follows at once
                 say(f"{rank.label} {self.ended_how(rank)}")
 
     def ended_how(self, rank: Rank) -> str:
@@ -330,20 +291,9 @@ class Supervisor:
 
     def _report_signal_death(self) -> None:
         """Once every rank has ended: the first failed rank, when a signal killed it, and the run's outputs."""
-        line = death_line(self.failure, self.cause) if self.failure is not None else None
+        line = death_line(self.failure, self.job, self.cause) if self.failure is not None else None
         if line is not None:
             say(line)
-
-    def fault(self) -> Fault | None:
-        """The machine fault that ended the ranks (zerokit.launch.restart), None when they ended otherwise."""
-        if self.stop_signal is not None:
-            return None
-        failed = self.failure
-        if failed is not None and is_machine_fault(failed.process.returncode):
-            return Fault(failed.label, failed.rank, exit_code(failed.process.returncode), self.ended_how(failed))
-        if failed is None and self.stalled is not None:
-            return Fault("the ranks", None, STALL_EXIT_CODE, self.stalled)
-        return None
 
     def _exit_code(self) -> int:
         if self.failure is not None:
@@ -353,20 +303,22 @@ class Supervisor:
         return 128 + self.stop_signal if self.stop_signal is not None else 0
 
 
-def death_line(rank: Rank, cause: str | None = None) -> str | None:
+def death_line(rank: Rank, job: Job, cause: str | None = None) -> str | None:
     """The one line for a rank that a signal killed: rank, node, signal (or cause: the OOM killer's part, from
     zerokit.launch.oom), and whether the run's outputs are complete.
 
     A head-node MPI launcher (mpirun, mpiexec) that exits 128+N, N a signal, names the rank and its node itself
-    (`process rank 1 ... on node node2 exited on signal 6`): the line adds the outputs' state when its command
-    line names the output folder. None for any other exit."""
+    (`process rank 1 ... on node node2 exited on signal 6`): the line adds the outputs' state when the job has an
+    output folder and the launcher's command line carries the job's words (not pdsh's, inside one shell line).
+    None for any other exit."""
     code = rank.process.returncode
     if code < 0 or cause is not None:
-        return f"{rank.label} on {socket.gethostname()} {cause or describe_exit(code)}; {outputs_state(rank.argv)}"
-    if not rank.is_rank and code - 128 in signal.valid_signals() and output_dir(rank.argv) is not None:
+        return f"{rank.label} on {socket.gethostname()} {cause or describe_exit(code)}; {outputs_state(job)}"
+    carries = job.output_dir is not None and rank.argv[len(rank.argv) - len(job.argv) :] == job.argv
+    if not rank.is_rank and code - 128 in signal.valid_signals() and carries:
         return (
             f"{rank.label} exited with {code}: a rank it started was killed by {signal_name(code - 128)} "
-            f"(its report above names the rank and node); {outputs_state(rank.argv)}"
+            f"(its report above names the rank and node); {outputs_state(job)}"
         )
     return None
 
@@ -376,9 +328,10 @@ def execute_commands(
 ) -> int:
     """Run every command at once under a Supervisor; its exit code (see the module's docstring).
 
-    `stall`: the watch whose folder the commands' environment names (zerokit.launch.stall), if any."""
+    `stall`: the watch whose folder the commands' environment names (zerokit.launch.stall), if any. The job is read
+    from the first command."""
     with queued_signals() as received:
-        return supervise(commands, stop_grace, stall, received)[0]
+        return supervise(commands, read_job(commands[0].argv, {}), stop_grace, stall, received)[0]
 
 
 @contextlib.contextmanager
@@ -417,15 +370,17 @@ def stop_when_stdin_closes(fd: int = 0) -> None:
 
 def supervise(
     commands: Sequence[Command],
+    job: Job,
     stop_grace: float,
     stall: StallWatch | None,
     received: list[int],
     lost_nodes: Callable[[], Mapping[str, float]] | None = None,
 ) -> tuple[int, Supervisor]:
     """Start every command, watch them under a Supervisor until all have ended; the exit code, and the
-    Supervisor (what ended them). Signals come queued in `received` (queued_signals)."""
+    Supervisor (what ended them). Signals come queued in `received` (queued_signals); `job`: what the commands
+    run (zerokit.launch.job)."""
     ranks: list[Rank] = []
-    supervisor = Supervisor(ranks, stop_grace, stall, received, lost_nodes)
+    supervisor = Supervisor(ranks, job, stop_grace, stall, received, lost_nodes)
     try:
         for command in commands:
             try:

@@ -21,6 +21,7 @@ from zerokit.train import pipeline
 from zerokit.train.hf_flags import check_hf_flags
 from zerokit.train.layout import ParallelLayout
 from zerokit.train.lora import parse_lora
+from zerokit.train.micro_batch import check_options as check_micro_batch
 from zerokit.train.options import EMBEDDED_DIFFERENCE, HF_DIFFERENCES, TrainFlags
 from zerokit.train.run import train
 from zerokit.train.speed import check_speed_switches
@@ -58,6 +59,7 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[Tra
     check_model_type(options.tp_size, model_type, embedded=options.embedded)
     pipeline.check_options(options)
     check_speed_switches(options)
+    check_micro_batch(options, hf_argv)
     if options.streaming and not options.dataset:
         raise UserError("--streaming needs --dataset (the embedded corpus is small)")
     check_fine_tuning(options)

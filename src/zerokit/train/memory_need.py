@@ -16,6 +16,16 @@ and the offloaded states (DeepSpeed's estimator takes the same max); on CPU rank
 
 Not counted: activations (they grow with batch and sequence length), communication buckets, the layer ZeRO-3
 gathers, CUDA's own context. The need is a floor: a run that does not fit it cannot run.
+
+`Activations` counts what the states leave out, per sample of a training forward and backward, for
+`--micro-batch auto` (zerokit.train.micro_batch): per layer of s tokens, width h and MLP width f, about
+s x (20h + 11f) bytes kept for the backward in 16-bit (Korthikanti et al.'s 34sh for f = 4h, plus what GPT-2's tanh
+GELU keeps; twice that in fp32), 7 x heads x s^2 more where the attention scores are kept (eager attention; CPU
+attention with dropout), and for HF's loss the vocabulary's logits: s x V x (their own bytes + 12: the fp32 upcast,
+its log-softmax and their gradient). Measured on CPU in fp32 (GPT-2 and Llama, 4 layers, width 256, 256 tokens,
+the RSS peak of a forward and backward of 8 samples, sdpa and eager, dropout on and off) the estimate is 1.1 to 1.8
+times the real figure, never below; on the H200, GPT-2 small's 19.6 GiB peak at 16 x 1024 tokens in bf16 leaves
+about 1.16 GB a sample beside the states, and the estimate says 1.33.
 """
 
 from __future__ import annotations
@@ -183,3 +193,40 @@ def count(parameters: int) -> str:
 
 def _gib(size: float) -> str:
     return f"{size / GiB:.1f}" if size < 100 * GiB else f"{size / GiB:.0f}"
+
+
+@dataclass(frozen=True)
+class Activations:
+    """A model's shape and a run's switches: what one sample's training forward and backward keep (see above)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int  # the MLP's width
+    vocab: int
+    tokens: int  # per sample: the block size
+    precision_bytes: int  # of an activation: 2 in mixed precision, 4 in fp32
+    full_logits: bool = True  # HF's loss; False: --cross-entropy chunked/liger (a chunk at a time)
+    scores: bool = False  # the attention scores are kept (eager; CPU attention with dropout)
+    checkpointed: bool = False  # --gradient_checkpointing: each layer's input kept, one layer's whole at a time
+
+    def per_sample(self) -> int:
+        s, h, scale = self.tokens, self.hidden, self.precision_bytes / 2  # the counts below are 16-bit bytes
+        layer = s * (20 * h + 11 * self.ffn) * scale + (7 * self.heads * s * s * scale if self.scores else 0)
+        layers = self.layers * s * h * self.precision_bytes + layer if self.checkpointed else self.layers * layer
+        ends = 2 * s * h * self.precision_bytes  # the embedding's output and the final norm's
+        loss = s * self.vocab * (self.precision_bytes + 12) if self.full_logits else 2 * s * h * self.precision_bytes
+        return int(layers + ends + loss)
+
+
+def largest_batch(room: float, activations: Activations, fixed: int = 0) -> int:
+    """The most samples whose activations (and `fixed` bytes besides) fit in room bytes; 0 if not even one."""
+    return max(int((room - fixed) // activations.per_sample()), 0)
+
+
+def still_to_come(need: Need, on_gpu: bool) -> int:
+    """The model states a rank's engine adds to the model it has built (its weights): on its GPU, less the 16-bit
+    gradients a forward and backward of the bare model make too; on CPU ranks, in host memory."""
+    if on_gpu:
+        return sum(size for name, size, where in need.parts if where == "device" and name not in (WEIGHTS, GRADS16))
+    return sum(size for name, size, where in need.parts if where != "disk" and name != WEIGHTS)

@@ -10,12 +10,16 @@ from functools import cached_property
 from pathlib import Path
 
 from zerokit.foundations import values
+from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import flag
-from zerokit.sources.ds_configs import CONFIGS_DIR, DEFAULT_CONFIG, resolve_ds_config
+from zerokit.sources.ds_configs import CONFIGS_DIR, DEFAULT_CONFIG, resolve_ds_config, zero_stage
 from zerokit.train.lora import LORA_FORMAT
 
 COMPILE_MODES = ("off", "torch", "deepcompile")
 CROSS_ENTROPY_KINDS = ("hf", "chunked", "liger")
+MICRO_BATCH_AUTO = "auto"  # --micro-batch's one value (zerokit.train.micro_batch)
+CHECKPOINT_WRITES = ("background", "sync")  # zerokit.train.checkpoint_writer.MODES
+DETERMINISTIC_BUCKET = 20_000_000  # ZeRO-1/2 bucket elements under --deterministic on CPU (ds_config_argument)
 
 # Where `train`'s TrainingArguments differ from Hugging Face's, and why; every other field keeps HF's
 # default and meaning. `train --help` and docs/train.md list these (a unit test keeps them in step).
@@ -58,6 +62,16 @@ def training_defaults(embedded: bool, training_flags: Sequence[str]) -> dict[str
     if "save_steps" in given_fields(training_flags):  # `--save_steps N` alone saves every N steps, as in HF
         del defaults["save_strategy"]
     return defaults
+
+
+def micro_batch_value(name: str, value: str) -> str:
+    """--micro-batch's value: auto (a number is HF's flag, named in the error)."""
+    if value != MICRO_BATCH_AUTO:
+        raise UserError(
+            f"{name}={value!r}: the one value is auto (the largest micro-batch that fits); a fixed micro-batch is "
+            f"--per_device_train_batch_size {value if value.isdigit() else 'N'}"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -186,8 +200,25 @@ class TrainFlags:
         help="every dropout rate of the model's config (GPT-2's resid/embd/attn_pdrop, Llama's attention_dropout, "
         "...); 0 for pretraining from scratch, as llm.c and nanoGPT do (default: the config's own)",
     )
+    micro_batch: str | None = flag(
+        "--micro-batch",
+        check=micro_batch_value,
+        metavar=MICRO_BATCH_AUTO,
+        help="auto: the largest per-device micro-batch that fits, from the memory estimate and, on a GPU, one real "
+        "forward and backward halved until it fits (on CPU ranks the estimate alone); said in one line and recorded "
+        "in zerokit-run.json; a DeepSpeed config's fixed train_batch_size is kept. A fixed micro-batch is HF's "
+        "--per_device_train_batch_size N",
+    )
     timings_dir: Path | None = flag(
         "--timings-dir", type=Path, metavar="DIR", help="each rank writes step times and peak memory here (bench)"
+    )
+    checkpoint_write: str = flag(
+        "--checkpoint-write",
+        choices=CHECKPOINT_WRITES,
+        default="background",
+        help="background (default): a save copies the state to host memory (one checkpoint's worth, kept) and "
+        "training goes on while a thread writes it; sync: training waits for the write. Either way a checkpoint "
+        "is published (--resume auto takes it) only once every rank's files are on disk",
     )
 
     @cached_property
@@ -201,17 +232,27 @@ class TrainFlags:
 
 
 def ds_config_argument(
-    path: Path, *, torch_adam: bool = False, load_universal: bool = False, tp_size: int = 1, deepcompile: bool = False
+    path: Path,
+    *,
+    deterministic_cpu: bool = False,
+    load_universal: bool = False,
+    tp_size: int = 1,
+    deepcompile: bool = False,
 ) -> str:
     """The `--deepspeed` value: the file as it is, or changed as below, as a base64 JSON string
     (a form HF's DeepSpeed config takes), so the user's file is never rewritten.
 
-    torch_adam (`--deterministic` on CPU): Adam/AdamW run by torch. On CPU, DeepSpeed's Adam kernel
-    (csrc/includes/cpu_adam.h, IncrementStep) keeps beta**step in the process by multiplying once
-    per step, but a resumed process starts it with pow(beta, step): the two differ in the last
-    float32 bit, so a resumed run drifts by an ulp. torch's AdamW computes the bias correction from
-    the step count every time, so a resume is bit-exact. ZeRO-Offload needs DeepSpeed's CPU Adam,
-    so such configs keep it.
+    deterministic_cpu (`--deterministic` on CPU):
+    - Adam/AdamW run by torch. On CPU, DeepSpeed's Adam kernel (csrc/includes/cpu_adam.h, IncrementStep)
+      keeps beta**step in the process by multiplying once per step, but a resumed process starts it with
+      pow(beta, step): the two differ in the last float32 bit, so a resumed run drifts by an ulp. torch's
+      AdamW computes the bias correction from the step count every time, so a resume is bit-exact.
+      ZeRO-Offload needs DeepSpeed's CPU Adam, so such configs keep it.
+    - ZeRO-1/2's gradient buckets at most DETERMINISTIC_BUCKET elements. Deterministic torch fills every
+      new tensor (torch.utils.deterministic.fill_uninitialized_memory), and ZeRO-1/2 allocates its buckets
+      anew at each micro-step (two with overlap_comm): at the bundled 5e8, 4 GB filled a step, 3-4 s on
+      CPU ranks. A bucket's size groups the gradients for their reduction, it changes no value
+      (tests/e2e/test_train_zero.py: the same losses to the bit).
     load_universal: resume from the checkpoint's universal form (`zerokit universal`).
     deepcompile (`--compile deepcompile`): DeepSpeed's compiler passes (`"compile": {"deepcompile": true}`).
     tp_size above 1 (`--tp-size`): DeepSpeed AutoTP in groups of tp_size ranks, and the model gathered
@@ -222,8 +263,17 @@ def ds_config_argument(
     changed = False
     optimizer = config.get("optimizer") or {}
     offload = config.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
-    if torch_adam and str(optimizer.get("type", "")).lower() in {"adam", "adamw"} and offload == "none":
+    if deterministic_cpu and str(optimizer.get("type", "")).lower() in {"adam", "adamw"} and offload == "none":
         config["optimizer"] = {**optimizer, "params": {**optimizer.get("params", {}), "torch_adam": True}}
+        changed = True
+    zero = config.get("zero_optimization", {})
+    capped = {
+        key: DETERMINISTIC_BUCKET
+        for key in ("reduce_bucket_size", "allgather_bucket_size")
+        if isinstance(zero.get(key), (int, float)) and zero[key] > DETERMINISTIC_BUCKET
+    }
+    if deterministic_cpu and zero_stage(config) in (1, 2) and capped:
+        config["zero_optimization"] = {**zero, **capped}
         changed = True
     if tp_size > 1:
         config["tensor_parallel"] = {**config.get("tensor_parallel", {}), "autotp_size": tp_size}

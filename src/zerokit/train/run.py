@@ -16,6 +16,7 @@ from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.train.blocks import block_length, load_datasets, prepared_info
+from zerokit.train.checkpoint_writer import SaveLog
 from zerokit.train.layout import ParallelLayout
 from zerokit.train.memory_check import check_memory
 from zerokit.train.memory_need import Setup, count
@@ -89,20 +90,38 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     mark("model")
     datasets = load_datasets(options, tokenizer, model, args, prepared)
     mark("data")
+    micro_batch = None
+    if options.micro_batch:  # the largest that fits, with the model and data in memory (zerokit.train.micro_probe)
+        from zerokit.train.micro_probe import choose_micro_batch
+
+        accumulation_given = "gradient_accumulation_steps" in given_fields(training_flags)
+        micro_batch = choose_micro_batch(options, args, model, datasets["train"], numbers, resume, accumulation_given)
+        mark("micro_batch")
     if os.environ.get(BENCH_WITHOUT_VARIABLE) == "1":
         preemption = None
     callbacks = [] if preemption is None else [preemption]
+    saves = SaveLog(options.checkpoint_write)  # what each checkpoint cost: the Trainer fills it, these record it
     if options.timings_dir:
         from zerokit.train.callbacks.step_clock import StepClock
 
         shared = layout.model_parallel  # ranks per data-parallel replica
         whole = model.num_parameters() if shared > 1 else None  # before AutoTP or the stages split it
         tokens = block_length(datasets["train"])
-        clock = StepClock(options.timings_dir, tokens_per_sample=tokens, model_parallel=shared, parameters=whole)
+        clock = StepClock(
+            options.timings_dir, tokens_per_sample=tokens, model_parallel=shared, parameters=whole, saves=saves
+        )
         callbacks.append(clock)
     # zerokit-run.json in the output folder and each checkpoint: what this run ran on.
     callbacks.append(
-        RunRecorder(options, resume=resume, rank=args.process_index, layout=layout.as_record(), claim=record)
+        RunRecorder(
+            options,
+            resume=resume,
+            rank=args.process_index,
+            layout=layout.as_record(),
+            claim=record,
+            saves=saves,
+            micro_batch=micro_batch.as_record() if micro_batch else None,
+        )
     )
     run = TrainingRun(
         options=options,
@@ -117,6 +136,7 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
         callbacks=callbacks,
         record=record,
         preemption=preemption,
+        saves=saves,
     )
     if pipelined:
         from zerokit.train.pipeline_run import PipelineRun
@@ -143,10 +163,9 @@ def training_arguments(
         parser.set_defaults(bf16=True)
     forced = ["--output_dir", str(options.output_dir)]
     if options.ds_config:
-        torch_adam = options.deterministic and not on_gpu
         config = ds_config_argument(
             options.ds_config,
-            torch_adam=torch_adam,
+            deterministic_cpu=options.deterministic and not on_gpu,
             load_universal=resharded is not None,
             tp_size=options.tp_size,
             deepcompile=options.compile == "deepcompile",
@@ -158,7 +177,7 @@ def training_arguments(
         forced += ["--use_cpu", "true"]
     if options.deterministic:
         forced += ["--full_determinism", "true"]
-    if resharded is not None:
+    if resharded is not None and not options.micro_batch:  # --micro-batch auto keeps the global batch itself
         forced += resharded.accumulation_flags(*given_batch(parser, [*training_flags, *forced]), notes)
     (args,) = parser.parse_args_into_dataclasses([*training_flags, *forced])
     if options.streaming and args.max_steps <= 0:

@@ -8,12 +8,16 @@
 - A diverged run stops before it saves (zerokit.train.callbacks.finite_loss): the guard sees every
   step's loss and runs after every other callback.
 - A full disk while saving is said as such, not as a serializer's "iostream error".
+- `--checkpoint-write background`: the save copies the large files' state to host memory and returns; a writer
+  thread writes them and publishes the folder once every rank's files are on disk
+  (zerokit.train.checkpoint_writer). A save waits for the one before it; the end of training waits for the last.
 """
 
 from __future__ import annotations
 
 import errno
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +28,7 @@ from zerokit.foundations.errors import RunFailure
 from zerokit.outputs.checkpoints import PREFIX, STAGING_PREFIX, newest_complete_checkpoint, publish, rotate
 from zerokit.outputs.ownership import existing_parent
 from zerokit.train.callbacks.finite_loss import FiniteLossGuard
+from zerokit.train.checkpoint_writer import BackgroundWriter, Job, SaveFigures, SaveLog
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # What torch's and DeepSpeed's writers say when a write fails (the errno is lost on the way).
@@ -39,10 +44,17 @@ class ZerokitTrainer(Trainer):
 
     _staging: Path | None = None
 
-    def __init__(self, *args, loss_guard: FiniteLossGuard, **kwargs) -> None:
+    def __init__(self, *args, loss_guard: FiniteLossGuard, saves: SaveLog | None = None, **kwargs) -> None:
         # Last, so that it sees every callback's wish to save (a preemption's too) before a save.
         super().__init__(*args, callbacks=[*kwargs.pop("callbacks", []), loss_guard], **kwargs)
         self.loss_guard = loss_guard
+        self.saves = saves if saves is not None else SaveLog()
+        self.writer: BackgroundWriter | None = None
+        if self.saves.write == "background":
+            from zerokit.train.host_snapshot import HostSnapshot
+
+            self.writer = BackgroundWriter()  # every rank, here: it makes the writers' process group
+            self.snapshot = HostSnapshot()
 
     def training_step(self, *args, **kwargs):
         loss = super().training_step(*args, **kwargs)
@@ -57,7 +69,9 @@ class ZerokitTrainer(Trainer):
             super().save_model(output_dir, _internal_call)
 
     def _save_checkpoint(self, model, trial) -> None:
+        started = time.monotonic()
         run_dir = Path(super()._get_output_dir(trial))
+        waited = self.wait_for_writes()  # one save at a time
         name = f"{PREFIX}-{self.state.global_step}"
         staging = run_dir / f"{STAGING_PREFIX}{name}"
         if self.args.should_save and staging.exists():  # left by a run killed while saving
@@ -66,16 +80,72 @@ class ZerokitTrainer(Trainer):
         self._staging = staging
         try:
             with naming_a_full_disk(run_dir, name):
-                super()._save_checkpoint(model, trial)  # writes staging/checkpoint-N
+                if self.writer is None:
+                    super()._save_checkpoint(model, trial)  # writes staging/checkpoint-N
+                else:
+                    self._copy_checkpoint(model, trial, staging, name, started, waited)
+                    return
         finally:
             self._staging = None
         self.accelerator.wait_for_everyone()  # every rank has written its shards
+        figures = SaveFigures(self.state.global_step, "sync", 0.0)
         if self.args.should_save:
-            publish(staging / name, run_dir / name)
-            shutil.rmtree(staging)
-            best = self.state.best_model_checkpoint
-            rotate(run_dir, self.args.save_total_limit, Path(best) if best else None)
+            figures.bytes = publish_checkpoint(staging, name, run_dir, self.args.save_total_limit, self.best())
         self.accelerator.wait_for_everyone()
+        figures.stall_seconds = figures.write_seconds = time.monotonic() - started
+        self.saves.saves.append(figures)
+
+    def _copy_checkpoint(self, model, trial, staging: Path, name: str, started: float, waited: float) -> None:
+        """The background save: the Trainer's save with its large files copied to host memory, then handed to the
+        writer, which publishes staging/name as checkpoint-N once every rank has written its files."""
+        from zerokit.train.checkpoint_capture import Capture, capturing
+
+        assert self.writer is not None
+        self.snapshot.begin()
+        capture = Capture(self.snapshot)
+        engine = self.model_wrapped if self.is_deepspeed_enabled else None
+        with capturing(engine, capture):
+            super()._save_checkpoint(model, trial)  # the small files into staging/checkpoint-N, the large copied
+        self.snapshot.finish()
+        run_dir, limit, best = staging.parent, self.args.save_total_limit, self.best()
+        publish = (lambda: publish_checkpoint(staging, name, run_dir, limit, best)) if self.args.should_save else None
+        figures = SaveFigures(self.state.global_step, "background", 0.0, waited, self.snapshot.bytes)
+        self.writer.submit(Job(capture.files, figures, started, publish, name))
+        figures.stall_seconds = time.monotonic() - started
+        self.saves.saves.append(figures)
+
+    def best(self) -> Path | None:
+        best = self.state.best_model_checkpoint
+        return Path(best) if best else None
+
+    def wait_for_writes(self) -> float:
+        """Wait for the checkpoint being written in the background (none: 0); a failed write raised, named."""
+        if self.writer is None or (pending := self.writer.pending) is None:
+            return 0.0
+        with naming_a_full_disk(Path(self.args.output_dir), pending):
+            return self.writer.wait()
+
+    def _maybe_log_save_evaluate(self, *args, **kwargs) -> None:
+        super()._maybe_log_save_evaluate(*args, **kwargs)
+        if self.writer is not None:
+            self.writer.release()  # the save's callbacks have written into its staging folder: it may publish
+
+    def _finalize_training(self, *args, **kwargs):
+        self.wait_for_writes()  # the last checkpoint on disk before the best model is loaded and the run ends
+        return super()._finalize_training(*args, **kwargs)
+
+
+def publish_checkpoint(staging: Path, name: str, run_dir: Path, limit: int | None, best: Path | None) -> int:
+    """The saving rank's last step of a save: staging/name (every rank's files on disk) becomes run_dir/name, the
+    oldest checkpoints beyond the limit removed; the checkpoint's size in bytes."""
+    from zerokit.train.checkpoint_files import fsync_path, fsync_tree
+
+    fsync_tree(staging / name)
+    publish(staging / name, run_dir / name)
+    shutil.rmtree(staging)
+    fsync_path(run_dir)
+    rotate(run_dir, limit, best)
+    return sum(p.stat().st_size for p in (run_dir / name).rglob("*") if p.is_file())
 
 
 @contextmanager

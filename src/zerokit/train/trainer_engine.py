@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from zerokit.train.training_run import TrainingRun, perplexity
 
 
@@ -25,13 +27,19 @@ class TrainerEngine:
             processing_class=run.tokenizer,
             data_collator=default_data_collator,
             callbacks=run.callbacks,
+            saves=run.saves,
         )
         mark("trainer")
 
     def train(self) -> dict[str, float]:
         import torch
 
-        result = self.trainer.train(resume_from_checkpoint=str(self.resume) if self.resume else None)
+        try:
+            result = self.trainer.train(resume_from_checkpoint=str(self.resume) if self.resume else None)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the checkpoint being written, published if whole; the error stays
+                self.trainer.wait_for_writes()
+            raise
         if torch.cuda.is_available():  # this rank's peak (rank 0's is the one saved); `smoke` reports it
             result.metrics["peak_gpu_memory_bytes"] = torch.cuda.max_memory_allocated()
         return result.metrics

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from zerokit.outputs.ownership import OutputRecord
     from zerokit.train.callbacks.preemption import PreemptionCallback
+    from zerokit.train.checkpoint_writer import SaveLog
 
 
 def perplexity(eval_loss: float) -> float:
@@ -64,6 +65,7 @@ class TrainingRun:
     callbacks: list[TrainerCallback]  # what a Trainer would get: preemption, the run record, bench's step clock
     record: OutputRecord | None  # the output folder's record, on rank 0; None on the others
     preemption: PreemptionCallback | None  # None where bench runs without it
+    saves: SaveLog | None = None  # what each checkpoint cost, and how they are written (--checkpoint-write)
 
     def execute(self, engine: Callable[[TrainingRun], Engine]) -> int:
         """Build the engine, train, save and evaluate: the exit code (a preemption's once its checkpoint is written)."""

@@ -53,7 +53,7 @@ def test_plan_scales_then_configs_jit_data_then_rounds_of_zerokit_plain_and_no_p
     runs = plan_runs(config(tmp_path, nodes=(1, 2)), PLAIN, DATA)
     assert [r.name for r in runs] == [
         "scaling-1n-1r", "scaling-1n-2r", "scaling-2n-1r", "scaling-2n-2r", "configs-zero2", "configs-none",
-        "startup-jit-1n-2r", "checkpoint-2r",
+        "startup-jit-1n-2r", "checkpoint-2r-sync", "checkpoint-2r-background",
         "data-raw-1x-1", "data-prepared-1x-1", "data-raw-10x-1", "data-prepared-10x-1",
         "data-raw-1x-2", "data-prepared-1x-2", "data-raw-10x-2", "data-prepared-10x-2",
         "overhead-zerokit-1", "overhead-plain-1", "overhead-plain-no-deepspeed-1", "overhead-raw-1",
@@ -335,11 +335,20 @@ def test_a_checkpoints_save_is_timed_apart_from_the_steps(tmp_path: Path, monkey
     record = json.loads((tmp_path / "timings" / "rank-0.json").read_text())
     assert record["step_seconds"] == [1.0, 1.0] and record["save_seconds"] == [6.0]
 
-    run = RunResult("c", "checkpoint", "zerokit", 1, 2, 1.0, 0.5, 2.0, 32.0, [1], ["h"], "cpu-rss", [], 10.0, [],
-                    save_seconds=[4.0, 6.0, 5.0], checkpoint_bytes=100 * 2**20)  # fmt: skip
-    summary = checkpoint_summary([run])
-    assert summary == {"ranks": 2, "saves": 3, "save_s": 5.0, "step_s": 2.0, "steps_per_save": 2.5,
-                       "checkpoint_mib": 100.0, "write_mib_per_s": 20.0}  # fmt: skip
+    sync = RunResult("c", "checkpoint", "sync", 1, 2, 1.0, 0.5, 2.0, 32.0, [1], ["h"], "cpu-rss", [], 10.0, [],
+                     save_seconds=[4.0, 6.0, 5.0], checkpoint_bytes=100 * 2**20)  # fmt: skip
+    figures = [{"wait_seconds": w, "write_seconds": s} for w, s in ((0.0, 8.0), (1.0, 10.0), (0.5, 12.0))]
+    background = RunResult("b", "checkpoint", "background", 1, 2, 1.0, 0.5, 2.0, 32.0, [1], ["h"], "cpu-rss", [],
+                           10.0, [], save_seconds=[0.2, 0.4, 0.3], checkpoint_bytes=100 * 2**20,
+                           checkpoint_saves=figures)  # fmt: skip
+    summary = checkpoint_summary([sync, background])
+    assert summary["ranks"] == 2
+    assert summary["sync"] == {"saves": 3, "stall_s": 5.0, "step_s": 2.0, "stall_steps": 2.5, "wait_s": 0.0,
+                               "write_s": 5.0, "steps_per_s": 0.5, "checkpoint_mib": 100.0,
+                               "write_mib_per_s": 20.0}  # fmt: skip
+    assert summary["background"] == pytest.approx({"saves": 3, "stall_s": 0.3, "step_s": 2.0, "stall_steps": 0.15,
+                                                   "wait_s": 0.5, "write_s": 10.0, "steps_per_s": 0.5,
+                                                   "checkpoint_mib": 100.0, "write_mib_per_s": 10.0})  # fmt: skip
 
 
 def test_the_checkpoint_run_saves_every_third_of_the_steps_unless_skipped(tmp_path: Path):
@@ -347,11 +356,14 @@ def test_the_checkpoint_run_saves_every_third_of_the_steps_unless_skipped(tmp_pa
     from zerokit.bench.plan import plan_runs
 
     cfg = parse(["--output", str(tmp_path / "b"), "--ranks", "1,2", "--steps", "12"])
-    (run,) = [r for r in plan_runs(cfg, None) if r.group == "checkpoint"]
-    assert run.world_size == 2  # the compared ranks, on one node
-    at = run.argv.index("--save_strategy")
-    assert run.argv[at : at + 6] == ("--save_strategy", "steps", "--save_steps", "4", "--save_total_limit", "1")
-    assert run.argv.count("--save_strategy") == 1
+    sync, background = [r for r in plan_runs(cfg, None) if r.group == "checkpoint"]
+    for run, write in ((sync, "sync"), (background, "background")):
+        assert run.world_size == 2 and run.variant == write  # the compared ranks, on one node
+        at = run.argv.index("--save_strategy")
+        assert run.argv[at : at + 6] == ("--save_strategy", "steps", "--save_steps", "4", "--save_total_limit", "1")
+        assert run.argv.count("--save_strategy") == 1
+        at = run.argv.index("train")
+        assert run.argv[at : at + 3] == ("train", "--checkpoint-write", write)
     skipped = parse(["--output", str(tmp_path / "c"), "--skip", "checkpoint"])
     assert not [r for r in plan_runs(skipped, None) if r.group == "checkpoint"]
 

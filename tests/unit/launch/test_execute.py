@@ -13,6 +13,7 @@ import time
 from zerokit.launch.command import Command
 from zerokit.launch.config import parse
 from zerokit.launch.execute import execute
+from zerokit.launch.job import read_job
 from zerokit.launch.plan import plan
 from zerokit.launch.supervisor import describe_exit, execute_commands, exit_code
 
@@ -68,10 +69,13 @@ def test_the_one_rank_of_a_node_aborting_is_named_by_launch_with_its_status(tmp_
     out.mkdir()
     (out / "model.safetensors").touch()
     argv = ["--hosts", "node1,node2", "--node-host", "node2", "--nproc-per-node", "1", "--master-addr", "node1",
-            "--ifname", "lo", "--", "sh", "-c", "kill -ABRT $$", "sh", "--output_dir", str(out)]  # fmt: skip
-    the_plan = plan(parse(argv, {}, sys.executable), None, {}, 2, lambda _: "lo", lambda: 41000)
+            "--ifname", "lo", "--stop-grace", "5", "--stall-timeout", "0",
+            "--", "sh", "-c", "kill -ABRT $$", "sh", "--output_dir", str(out)]  # fmt: skip
+    config = parse(argv, {}, sys.executable)
+    replan = lambda config, environ: plan(config, None, environ, 2, lambda _: "lo", lambda: 41000)  # noqa: E731
+    the_plan = replan(config, {})
     assert the_plan.mode == "spawn"  # "exec" would replace this test's process with the rank
-    assert execute(the_plan, stop_grace=5) == 128 + signal.SIGABRT
+    assert execute(the_plan, read_job(config.target, {}), config, replan) == 128 + signal.SIGABRT
     err = capsys.readouterr().err
     assert err.endswith(
         f"launch: rank 1 (local 0) on {socket.gethostname()} was killed by SIGABRT (exit 134); "

@@ -25,19 +25,35 @@ from tests.unit.launch.test_plan import PY, make_plan
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.restart_log import VARIABLE
 from zerokit.launch.command import Command
-from zerokit.launch.config import parse
+from zerokit.launch.config import LaunchConfig, parse
 from zerokit.launch.head_restart import (
+    NodeExits,
     NodeFault,
+    Replan,
+    Survivors,
     next_hosts,
-    node_event,
     restart_config,
-    restarting_nodes,
     too_few_line,
     wait_for_port,
 )
-from zerokit.launch.restart import rescaled_argv
+from zerokit.launch.job import read_job, restarted
+from zerokit.launch.plan import Plan
+from zerokit.launch.probe import probe_for
+from zerokit.launch.restart_loop import Attempt, Next, restarting
 
 REFUSED = "ssh: connect to host node3 port 22: Connection refused"
+
+
+def restarting_nodes(first: Plan, config: LaunchConfig, replan: Replan) -> int:
+    """The restart loop with the head's strategies, as launch runs it from the head node."""
+    attempt = Attempt(first.commands, read_job(config.target, {}), first.hosts, first.spares)
+    sight, hosts = NodeExits(probe_for(config.launcher)), Survivors(config, replan, {})
+    return restarting(attempt, sight, hosts, config.max_restarts, config.stop_grace)
+
+
+def rescaled_argv(argv: tuple[str, ...], nodes: int, first_nodes: int) -> tuple[str, ...]:
+    """The command of a restart on `nodes` nodes of a job first started on `first_nodes` (not resumed: as given)."""
+    return restarted(read_job((*argv, "--resume", "x"), {}), nodes, first_nodes).argv[:-2]
 
 
 def hostfile(tmp_path: Path, hosts: str = "node1\nnode2\nnode3\n") -> str:
@@ -48,15 +64,20 @@ def hostfile(tmp_path: Path, hosts: str = "node1\nnode2\nnode3\n") -> str:
 
 def test_a_restart_runs_on_the_hosts_that_answer_a_spare_in_the_place_of_each_host_left_out(tmp_path):
     hosts = ("node1", "node2", "node3", "node4")
-    job = replace(make_plan(["--launcher", "pdsh", "--hostfile", hostfile(tmp_path), "train"], {}), hosts=hosts)
-    assert next_hosts(job, {"node3": REFUSED}) == (("node1", "node2", "node4"), ())
-    assert next_hosts(job, {"node1": REFUSED, "node4": REFUSED}) == (("node2", "node3"), ())
-    assert next_hosts(job, {}) == (hosts, ())
-    spared = replace(job, hosts=hosts[:2], spares=hosts[2:])  # --nnodes 2
-    assert next_hosts(spared, {"node1": REFUSED}) == (("node2", "node3"), ("node4",))
-    assert next_hosts(spared, {"node2": REFUSED, "node3": REFUSED}) == (("node1", "node4"), ())
-    assert next_hosts(spared, {"node3": REFUSED}) == (("node1", "node2"), ("node4",))  # a dead spare is dropped
-    assert next_hosts(spared, {h: REFUSED for h in hosts[1:]}) == (("node1",), ())  # no spare left: it shrinks
+
+    def after(job: tuple[str, ...], spares: tuple[str, ...], left_out: dict[str, str]):
+        where = next_hosts(job, spares, left_out)
+        return where.hosts, where.spares
+
+    assert after(hosts, (), {"node3": REFUSED}) == (("node1", "node2", "node4"), ())
+    assert after(hosts, (), {"node1": REFUSED, "node4": REFUSED}) == (("node2", "node3"), ())
+    assert after(hosts, (), {}) == (hosts, ())
+    spared = (hosts[:2], hosts[2:])  # --nnodes 2
+    assert after(*spared, {"node1": REFUSED}) == (("node2", "node3"), ("node4",))
+    assert next_hosts(*spared, {"node1": REFUSED}).joined == ("node3",)
+    assert after(*spared, {"node2": REFUSED, "node3": REFUSED}) == (("node1", "node4"), ())
+    assert after(*spared, {"node3": REFUSED}) == (("node1", "node2"), ("node4",))  # a dead spare is dropped
+    assert after(*spared, {h: REFUSED for h in hosts[1:]}) == (("node1",), ())  # no spare left: it shrinks
 
 
 def test_nnodes_runs_the_job_on_the_first_hosts_and_keeps_the_others_spare(tmp_path):
@@ -71,6 +92,19 @@ def test_nnodes_runs_the_job_on_the_first_hosts_and_keeps_the_others_spare(tmp_p
         make_plan(["--nproc-per-node", "2", "train"], {"ZEROKIT_NNODES": "2"})
 
 
+def test_the_survivors_strategy_says_where_the_restart_runs_and_when_too_few_answer(tmp_path):
+    argv = ["--launcher", "pdsh", "--hostfile", hostfile(tmp_path), "--max-restarts", "1", "--min-nodes", "2", "train"]
+    config = parse(argv, {}, PY)
+    survivors = Survivors(config, lambda again, environ: make_plan(argv, environ), {})
+    attempt = Attempt((), read_job(config.target, {}), ("node1", "node2"), ("node3",))
+    fault = NodeFault(("node2",), {"node2": REFUSED}, 255, "pdsh to node2 exited with 255")
+    where = survivors.after(attempt, fault)
+    assert (where.hosts, where.spares, where.joined) == (("node1", "node3"), (), ("node3",))
+    assert survivors.words(where) == ("node2 left out, spare node3 in its place; ", " on 2 node(s) (node1,node3)")
+    assert survivors.too_few(attempt, where, fault) is None
+    assert survivors.too_few(attempt, Next(("node1",)), fault) == too_few_line(1, 2, 2, fault.cause)
+
+
 def test_too_few_nodes_is_one_line_naming_the_count_and_the_cause():
     assert too_few_line(2, 3, 3, f"node3 does not answer ({REFUSED})") == (
         f"2 of 3 nodes answer, fewer than --min-nodes 3: node3 does not answer ({REFUSED}); not restarted"
@@ -79,7 +113,7 @@ def test_too_few_nodes_is_one_line_naming_the_count_and_the_cause():
 
 def test_a_node_fault_is_logged_with_its_nodes_cause_restart_and_the_hosts_it_ran_on():
     fault = NodeFault(("node3",), {"node3": REFUSED}, 255, "pdsh to node3 exited with 255; node3 does not answer")
-    event = node_event(fault, 1, 2, "runs/x/checkpoint-2", ("node1", "node2"))
+    event = fault.event(1, 2, "runs/x/checkpoint-2", Next(("node1", "node2")))
     assert {k: v for k, v in event.items() if k != "at"} == {
         "nodes": ["node3"],
         "cause": "pdsh to node3 exited with 255; node3 does not answer",
@@ -91,8 +125,8 @@ def test_a_node_fault_is_logged_with_its_nodes_cause_restart_and_the_hosts_it_ra
         "hosts": ["node1", "node2"],
         "spares_joined": [],
     }
-    assert node_event(fault, None, 2, None, ("node1", "node2"))["hosts"] is None  # not restarted
-    assert node_event(fault, 1, 2, None, ("node1", "node4"), ["node4"])["spares_joined"] == ["node4"]
+    assert fault.event(None, 2, None, Next(("node1", "node2")))["hosts"] is None  # not restarted
+    assert fault.event(1, 2, None, Next(("node1", "node4"), joined=("node4",)))["spares_joined"] == ["node4"]
     # Ranks killed on a node that still answers: named, and nothing left out.
     assert NodeFault(("node2",), {}, 137, "pdsh to node2 exited with 137").nodes == ("node2",)
 
@@ -129,7 +163,8 @@ def test_min_nodes_and_restarts_are_refused_where_they_cannot_act(tmp_path, argv
 
 def test_a_restart_resumes_train_on_the_hosts_left_and_checks_them_again(tmp_path):
     argv = ["--launcher", "pdsh", "--hostfile", hostfile(tmp_path), "--check", "train", "--gradient_accumulation_steps"]
-    again = restart_config(parse([*argv, "2"], {}, PY), ("node1", "node2"), ("node4",), 3)
+    config = parse([*argv, "2"], {}, PY)
+    again = restart_config(config, restarted(read_job(config.target, {}), 2, 3), ("node1", "node2"), ("node4",))
     assert again.hosts_from_file == ("node1", "node2", "node4")  # the spare stays behind the job's hosts
     assert again.target == (PY, "-m", "zerokit", "train", "--gradient_accumulation_steps", "3", "--resume", "auto")
     assert again.check.target == again.target
@@ -188,7 +223,7 @@ def test_a_node_that_died_is_left_out_and_the_job_restarts_on_the_others(tmp_pat
     monkeypatch.chdir(tmp_path)
     fake_ssh(tmp_path, monkeypatch, "node3")
     first, config, replan, replans = head_job(tmp_path, "exit 255")
-    assert restarting_nodes(first, config, replan, {}) == 0
+    assert restarting_nodes(first, config, replan) == 0
     log = tmp_path / "out.launch-restarts.json"
     assert replans == [(("node1", "node2"), str(log))]  # the restarted ranks are told where the log is
     (event,) = json.loads(log.read_text())["events"]
@@ -207,7 +242,7 @@ def test_a_spare_named_in_advance_takes_the_place_of_a_node_that_died(tmp_path, 
     monkeypatch.chdir(tmp_path)
     fake_ssh(tmp_path, monkeypatch, "node2")
     first, config, replan, replans = head_job(tmp_path, "exit 255", "--nnodes", "2", failing="node2")
-    assert restarting_nodes(first, config, replan, {}) == 0
+    assert restarting_nodes(first, config, replan) == 0
     assert [hosts for hosts, _ in replans] == [("node1", "node3")]
     (event,) = json.loads((tmp_path / "out.launch-restarts.json").read_text())["events"]
     assert (event["left_out"], event["hosts"], event["spares_joined"]) == (["node2"], ["node1", "node3"], ["node3"])
@@ -220,7 +255,7 @@ def test_below_min_nodes_the_job_ends_in_one_line(tmp_path, monkeypatch, capsys)
     monkeypatch.chdir(tmp_path)
     fake_ssh(tmp_path, monkeypatch, "node3")
     first, config, replan, replans = head_job(tmp_path, "exit 255", "--min-nodes", "3")
-    assert restarting_nodes(first, config, replan, {}) == 255
+    assert restarting_nodes(first, config, replan) == 255
     assert replans == []
     assert (
         f"launch: 2 of 3 nodes answer, fewer than --min-nodes 3: pdsh to node3 exited with 255; node3 does not "
@@ -235,7 +270,7 @@ def test_ranks_killed_on_a_node_that_answers_restart_on_every_host(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     fake_ssh(tmp_path, monkeypatch, "")
     first, config, replan, replans = head_job(tmp_path, "exit 137")
-    assert restarting_nodes(first, config, replan, {}) == 0
+    assert restarting_nodes(first, config, replan) == 0
     assert [hosts for hosts, _ in replans] == [("node1", "node2", "node3")]
     assert (
         "launch: pdsh to node3 exited with 137: a machine fault; restart 1 of 1 on 3 node(s)" in capsys.readouterr().err
@@ -246,7 +281,7 @@ def test_a_node_failing_again_after_the_last_restart_ends_the_job_in_one_line(tm
     monkeypatch.chdir(tmp_path)
     fake_ssh(tmp_path, monkeypatch, "")
     first, config, _, _ = head_job(tmp_path, "exit 137")
-    assert restarting_nodes(first, config, lambda again, environ: first, {}) == 137  # node3's ranks die again
+    assert restarting_nodes(first, config, lambda again, environ: first) == 137  # node3's ranks die again
     events = json.loads((tmp_path / "out.launch-restarts.json").read_text())["events"]
     assert [event["restart"] for event in events] == [1, None]
     assert (
@@ -261,18 +296,17 @@ def test_a_failure_where_every_node_answers_is_not_restarted(tmp_path, monkeypat
     fake_ssh(tmp_path, monkeypatch, "")
     first, config, replan, replans = head_job(tmp_path, node3)
     first = replace(first, commands=tuple(replace(c, argv=("pdsh", node3)) for c in first.commands))
-    assert restarting_nodes(first, config, replan, {}) == int(node3.split()[1])
+    assert restarting_nodes(first, config, replan) == int(node3.split()[1])
     assert replans == [] and not (tmp_path / "out.launch-restarts.json").exists()
 
 
 NODE_LAUNCH = """
 import sys
 from zerokit.launch.command import Command
-from zerokit.launch.execute import restarting
-from zerokit.launch.supervisor import stop_when_stdin_closes
+from zerokit.launch.supervisor import execute_commands, stop_when_stdin_closes
 stop_when_stdin_closes()
 rank = ("sh", "-c", "echo started >&2; exec sleep 30")
-sys.exit(restarting([Command(rank, {"RANK": "1", "LOCAL_RANK": "0"})], 5, None, 0))
+sys.exit(execute_commands([Command(rank, {"RANK": "1", "LOCAL_RANK": "0"})], 5))
 """
 
 

@@ -9,6 +9,7 @@ import time
 
 from zerokit.launch.command import Command
 from zerokit.launch.heartbeat import HeartbeatWatch, head_address, send_heartbeats
+from zerokit.launch.job import read_job
 from zerokit.launch.supervisor import supervise
 
 
@@ -48,7 +49,7 @@ def test_the_head_address_is_the_one_the_hosts_reach():
 def test_the_command_of_a_node_counted_lost_is_ended_and_the_job_stops_as_for_a_failed_node(capsys):
     commands = [Command(("sleep", "30"), {}, host) for host in ("node1", "node2")]
     lost = iter([{}, {"node2": 30.4}])
-    code, supervisor = supervise(commands, 5, None, [], lambda: next(lost, {}))
+    code, supervisor = supervise(commands, read_job(("sleep", "30"), {}), 5, None, [], lambda: next(lost, {}))
     assert code == 137
     assert supervisor.failure is not None and supervisor.failure.host == "node2"
     assert supervisor.failure.process.returncode == -9

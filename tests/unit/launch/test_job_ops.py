@@ -12,7 +12,9 @@ from tests.conftest import run_zerokit
 from zerokit.foundations.errors import UserError
 from zerokit.image.ds_install import Prebuilt, read_prebuilt
 from zerokit.launch.config import parse
-from zerokit.launch.job_ops import check_job_ops, job_ds_config, ops_loaded
+from zerokit.launch.job import read_job
+from zerokit.launch.job_ops import check_job_ops, ops_loaded
+from zerokit.launch.job_ops import job_ds_config as ds_config_of
 from zerokit.launch.plan import plan
 from zerokit.sources.ds_configs import bundled
 
@@ -25,7 +27,12 @@ CPU_IMAGE = Prebuilt("cpu", {"cpu_adam": True, "cpu_lion": True, "fused_adam": T
 
 def checked(target: tuple[str, ...], environ: dict[str, str], prebuilt: Prebuilt | None, strict: bool) -> dict:
     """launch's order: the job's ops read once from its config, then compared with the install's."""
-    return check_job_ops(ops_loaded(target, environ, prebuilt), prebuilt, strict)
+    return check_job_ops(ops_loaded(read_job(target, environ), environ, prebuilt), prebuilt, strict)
+
+
+def job_ds_config(target: tuple[str, ...], environ: dict[str, str]) -> dict | None:
+    """The config of the job launch reads from target."""
+    return ds_config_of(read_job(target, environ))
 
 
 def write(folder: Path, config: dict, name: str = "ds.json") -> str:

@@ -13,6 +13,7 @@ from zerokit.doctor import ops as doctor_ops
 from zerokit.image.ds_install import Prebuilt
 from zerokit.image.ops_gate import OpStatus
 from zerokit.launch.config import parse
+from zerokit.launch.job import read_job
 from zerokit.launch.job_ops import ops_loaded
 from zerokit.launch.plan import plan
 from zerokit.launch.preflight import preflight_failures
@@ -60,7 +61,7 @@ def preflight(command: list[str], env: dict[str, str]) -> list[str]:
     """launch's preflight of `launch --nproc-per-node 1 COMMAND`, the job's ops read as launch reads them."""
     config = parse(["--nproc-per-node", "1", *command], env, PY)
     the_plan = plan(config, None, env, 1, lambda address: None, lambda: 41000)
-    return preflight_failures(the_plan, env, ops_loaded(config.target, env, CPU_IMAGE))
+    return preflight_failures(the_plan, env, ops_loaded(read_job(config.target, env), env, CPU_IMAGE))
 
 
 @pytest.mark.usefixtures("async_io_fails_to_load")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from zerokit.launch.command import Command
+from zerokit.launch.job import read_job
 from zerokit.launch.program import NOT_EXECUTABLE, NOT_FOUND, CannotRun, check_commands, check_program
 
 
@@ -40,6 +41,6 @@ def test_a_path_must_be_an_executable_file(tmp_path):
 
 def test_each_command_is_looked_up_in_its_own_environment(tmp_path):
     executable(tmp_path / "tool")
-    check_commands([Command(("tool",), {"PATH": str(tmp_path)})], {"PATH": "/nowhere"})
+    check_commands([Command(("tool",), {"PATH": str(tmp_path)})], read_job(("tool",), {}), {"PATH": "/nowhere"})
     with pytest.raises(CannotRun):
-        check_commands([Command(("tool",), {})], {"PATH": "/nowhere"})
+        check_commands([Command(("tool",), {})], read_job(("tool",), {}), {"PATH": "/nowhere"})

@@ -17,8 +17,10 @@ from tests.unit.launch.test_plan import make_plan
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.restart_log import VARIABLE, inherited_events
 from zerokit.launch.command import Command
-from zerokit.launch.execute import restarting
-from zerokit.launch.restart import is_machine_fault, log_path, restart_argv
+from zerokit.launch.job import read_job, restarted
+from zerokit.launch.local_restart import RankExits, SameHosts
+from zerokit.launch.restart import is_machine_fault, log_path
+from zerokit.launch.restart_loop import Attempt, restarting
 from zerokit.train.callbacks.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
 
 PY = "/venv/bin/python"
@@ -53,13 +55,21 @@ def test_other_ends_do_not_restart(returncode):
     assert not is_machine_fault(returncode)
 
 
+def restart_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """The command a restart on as many nodes runs, written from the job's record."""
+    return restarted(read_job(argv, {}), 1, 1).argv
+
+
 def test_train_restarts_with_resume_auto_unless_its_command_says_what_to_resume():
     train = (PY, "-m", "zerokit", "train", "--config", "zero2")
     assert restart_argv(train) == (*train, "--resume", "auto")
     assert restart_argv((*train, "--resume", "runs/x/checkpoint-4")) == (*train, "--resume", "runs/x/checkpoint-4")
     assert restart_argv((*train, "--resume=auto")) == (*train, "--resume=auto")
-    checked = (PY, "-m", "zerokit.healthcheck.rank", "--timeout", "60", "--", *train)  # behind launch --check
-    assert restart_argv(checked) == (*checked, "--resume", "auto")
+    # Behind launch --check, each rank's command ends with the job's words, which a restart swaps.
+    checked = (PY, "-m", "zerokit.healthcheck.rank", "--timeout", "60", "--", *train)
+    job = read_job(train, {})
+    again = SameHosts().start(Attempt((Command(checked, {}),), job), restarted(job, 1, 1), None, Path("log"))
+    assert again.commands[0].argv == (*checked, "--resume", "auto")
     script = (PY, "my_loop.py", "--resume", "x")
     assert restart_argv(script) == script
     assert restart_argv((PY, "-m", "zerokit", "generate", "--model", "m")) == (
@@ -108,6 +118,12 @@ def test_max_restarts_is_a_whole_number():
     assert make_plan(["--max-restarts", "2", "--nproc-per-node", "2", "--", "python", "x.py"], {}).mode == "spawn"
 
 
+def restarting_here(commands: list[Command], max_restarts: int) -> int:
+    """The restart loop with one node's strategies, over the commands (the job read from the first)."""
+    first = Attempt(tuple(commands), read_job(commands[0].argv, {}))
+    return restarting(first, RankExits(), SameHosts(), max_restarts, 5)
+
+
 def ranks(tmp_path: Path, second: str) -> list[Command]:
     """Rank 0 waits for rank 1 (a file), rank 1 runs `second` (sh) and counts its starts; both see the log."""
     out = tmp_path / "out"
@@ -122,7 +138,7 @@ def ranks(tmp_path: Path, second: str) -> list[Command]:
 def test_a_rank_killed_once_is_restarted_with_the_others_and_the_fault_logged(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     dies_first = f"if [ $(wc -l < {tmp_path}/starts) = 1 ]; then kill -KILL $$; fi; touch {tmp_path}/done"
-    assert restarting(ranks(tmp_path, dies_first), 5, None, max_restarts=2) == 0
+    assert restarting_here(ranks(tmp_path, dies_first), max_restarts=2) == 0
     assert (tmp_path / "starts").read_text() == "x\nx\n"
     log = tmp_path / "out.launch-restarts.json"
     assert (tmp_path / "logs").read_text() == f"\n{log}\n"  # the restarted ranks are told where the log is
@@ -135,7 +151,7 @@ def test_a_rank_killed_once_is_restarted_with_the_others_and_the_fault_logged(tm
 
 def test_restarts_exhausted_end_the_job_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert restarting(ranks(tmp_path, "kill -SEGV $$"), 5, None, max_restarts=1) == 128 + signal.SIGSEGV
+    assert restarting_here(ranks(tmp_path, "kill -SEGV $$"), max_restarts=1) == 128 + signal.SIGSEGV
     assert (tmp_path / "starts").read_text() == "x\nx\n"
     events = json.loads((tmp_path / "out.launch-restarts.json").read_text())["events"]
     assert [e["restart"] for e in events] == [1, None]
@@ -150,7 +166,7 @@ def test_restarts_exhausted_end_the_job_in_one_line(tmp_path, capsys, monkeypatc
 @pytest.mark.parametrize("second", ["exit 2", "exit 1", f"exit {REQUEUE_EXIT_CODE}", "kill -TERM $$"])
 def test_a_rank_that_ends_otherwise_is_not_restarted(tmp_path, monkeypatch, second):
     monkeypatch.chdir(tmp_path)
-    code = restarting(ranks(tmp_path, f"touch {tmp_path}/done; {second}"), 5, None, max_restarts=3)
+    code = restarting_here(ranks(tmp_path, f"touch {tmp_path}/done; {second}"), max_restarts=3)
     assert code == (128 + signal.SIGTERM if "TERM" in second else int(second.split()[1]))
     assert (tmp_path / "starts").read_text() == "x\n"
     assert not (tmp_path / "out.launch-restarts.json").exists()
@@ -161,7 +177,7 @@ def test_a_finished_run_is_not_restarted(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "model.safetensors").touch()
-    assert restarting(ranks(tmp_path, "kill -ABRT $$"), 5, None, max_restarts=3) == 128 + signal.SIGABRT
+    assert restarting_here(ranks(tmp_path, "kill -ABRT $$"), max_restarts=3) == 128 + signal.SIGABRT
     assert (tmp_path / "starts").read_text() == "x\n"
 
 
@@ -176,5 +192,5 @@ def test_a_rank_killed_while_its_peer_fails_is_the_cause(tmp_path, monkeypatch):
     peer = Command((sys.executable, "-c", fails_after), {"RANK": "0"})
     dies = f"echo x >> {tmp_path}/starts; sleep 0.3; touch {dead}; kill -KILL $$"
     killed = Command(("sh", "-c", dies), {"RANK": "1"})
-    assert restarting([peer, killed], 5, None, max_restarts=1) == 137  # restarted once, then exhausted
+    assert restarting_here([peer, killed], max_restarts=1) == 137  # restarted once, then exhausted
     assert (tmp_path / "starts").read_text() == "x\nx\n"

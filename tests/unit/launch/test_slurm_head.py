@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.launch.test_head_restart import restarting_nodes
 from tests.unit.launch.test_plan import PY, make_plan
 from zerokit.foundations.errors import UserError
 from zerokit.launch.command import Command
 from zerokit.launch.config import parse
-from zerokit.launch.head_restart import restarting_nodes
 from zerokit.launch.probe import is_out, silent_in_job, slurm_verdicts
 
 JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[1-3]", "PATH": "/venv/bin:/usr/bin", "HF_HOME": "/hf"}
@@ -170,7 +170,7 @@ def test_a_dead_node_of_the_job_is_left_out_and_its_steps_start_again_on_the_oth
         replans.append(again.hosts_from_file)
         return replace(first, hosts=again.hosts_from_file, commands=(Command(("true",), {}),))
 
-    assert restarting_nodes(first, config, replan, {}) == 0
+    assert restarting_nodes(first, config, replan) == 0
     assert replans == [("node1", "node2")]
     (event,) = json.loads((tmp_path / "out.launch-restarts.json").read_text())["events"]
     assert (event["nodes"], event["left_out"], event["hosts"]) == (["node3"], ["node3"], ["node1", "node2"])

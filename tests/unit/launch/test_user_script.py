@@ -12,7 +12,9 @@ import pytest
 from zerokit.foundations.errors import UserError
 from zerokit.launch.command import Command
 from zerokit.launch.config import target_argv
-from zerokit.launch.program import check_batch_size, check_commands
+from zerokit.launch.job import read_job
+from zerokit.launch.program import check_batch_size as check_job_batch
+from zerokit.launch.program import check_commands
 from zerokit.launch.rank.user_script import imported_roots, rank_variables
 from zerokit.launch.remote_shell import SSH, remote_argv, split_ssh
 
@@ -35,6 +37,11 @@ BOOT = (PY, "-m", "zerokit.launch.rank.user_script")
 )
 def test_python_scripts_run_through_the_bootstrap(command, expected):
     assert target_argv(command, PY) == expected
+
+
+def check_batch_size(args: list[str], world_size: int) -> None:
+    """The batch check of a script run with args, as launch reads its record."""
+    check_job_batch(read_job((*BOOT, "run.py", *args), {}), world_size)
 
 
 def write(tmp_path: Path, config: dict) -> str:
@@ -63,7 +70,7 @@ def test_check_commands_reads_the_world_size_of_each_rank(tmp_path):
     argv = (sys.executable, "-m", "zerokit.launch.rank.user_script", "run.py", "--deepspeed", path)
     command = Command((*argv, "--per_device_train_batch_size", "4"), {"WORLD_SIZE": "4"})
     with pytest.raises(UserError, match="x 4 rank"):
-        check_commands([command], {})
+        check_commands([command], read_job(command.argv, {}), {})
 
 
 def test_imported_roots_finds_hf_anywhere_in_a_script():

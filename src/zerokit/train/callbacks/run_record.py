@@ -13,7 +13,11 @@ accumulation, data-parallel ranks, global) is what a resume on another number of
 `launch --max-restarts` restarted after a machine fault lists the faults and restarts of that launch so far
 ("restarts": when, node, rank, cause, exit status, restart number, the checkpoint resumed from), read from the
 log launch names to it (zerokit.foundations.restart_log), with what each fault cost: the steps lost and the
-seconds to the first step after it (zerokit.train.callbacks.fault_cost).
+seconds to the first step after it (zerokit.train.callbacks.fault_cost). At the end it adds what each checkpoint cost
+("checkpoint_saves", zerokit.train.checkpoint_writer.SaveLog): the stall it put on training, in seconds and in
+median steps (timed here, between step ends, leaving out those that held a save or an evaluation), the wait for
+the save before it, and the write's time and speed. A checkpoint written in the background is not yet published
+when its callbacks run: its record goes into its staging folder, and is published with it.
 
 The file is written after the output folder is claimed (zerokit.outputs.ownership), so the folder's record
 counts it as this run's: `--overwrite` removes it with the rest of the run's files (and so starts a new history).
@@ -25,7 +29,9 @@ import base64
 import binascii
 import json
 import os
+import statistics
 import sys
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,8 +53,9 @@ from zerokit.image.provenance import (
     start_environment,
 )
 from zerokit.outputs import ownership
-from zerokit.outputs.checkpoints import PREFIX, SIZES_NAME
+from zerokit.outputs.checkpoints import PREFIX, SIZES_NAME, STAGING_PREFIX
 from zerokit.train.callbacks.fault_cost import ProgressNote, read_progress, with_first_step, with_lost_steps
+from zerokit.train.checkpoint_writer import SaveLog
 from zerokit.train.global_batch import GlobalBatch
 from zerokit.train.options import TrainFlags
 from zerokit.train.resume_match import precision
@@ -137,11 +144,14 @@ class RunRecorder(TrainerCallback):
         layout: Mapping[str, int] | None = None,
         environ: Mapping[str, str] | None = None,
         claim: ownership.OutputRecord | None = None,
+        saves: SaveLog | None = None,
+        micro_batch: Mapping[str, object] | None = None,
     ) -> None:
         """options: the run's (its output folder, its DeepSpeed config by name and file). layout: how the ranks
         divide ({"tp_size": ..., "dp_size": ...}), recorded as "parallelism" and, with the batch flags, as the
         global batch ("batch"). claim: the output folder's ownership record (rank 0's), written when the run has
-        started."""
+        started. saves: what each checkpoint cost (the Trainer fills it), recorded at the end. micro_batch: what
+        --micro-batch auto chose and how, recorded as "micro_batch" (None without it)."""
         self.output_dir = options.output_dir
         self.claim = claim
         self.layout = dict(layout or {})
@@ -152,6 +162,10 @@ class RunRecorder(TrainerCallback):
         self.progress = ProgressNote(self.output_dir)
         self.stepped = False  # this run's first step has ended
         self.started = False  # the output folder's records are this run's
+        self.saves = saves
+        self.micro_batch = micro_batch  # what --micro-batch auto chose, and how (zerokit.train.micro_probe)
+        self.step_seconds: list[float] = []  # between step ends, but those that held a save or an evaluation
+        self._step_end: float | None = None
 
     def on_init_end(self, args, state, control, **kwargs):
         if self.rank == 0:
@@ -172,6 +186,7 @@ class RunRecorder(TrainerCallback):
                 "launcher": launcher_facts(self.environ),
                 "parallelism": self.layout or None,
                 "batch": self.batch(args),
+                "micro_batch": self.micro_batch,
                 "precision": precision(args),
                 "deepspeed": deepspeed_section(config_name, config_file, args.deepspeed),
                 "resumed_from": resume_chain(resume),
@@ -198,6 +213,10 @@ class RunRecorder(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         """The step reached, noted (for a restart's count of the steps lost); at the first, the run has started: its
         records written, with the seconds to it after a fault."""
+        now_ = time.monotonic()
+        if self._step_end is not None:
+            self.step_seconds.append(now_ - self._step_end)
+        self._step_end = now_
         if self.rank == 0 and self.record:
             if not self.stepped:
                 self.stepped = True
@@ -206,19 +225,31 @@ class RunRecorder(TrainerCallback):
             self.progress.step(state.global_step)
         return control
 
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._step_end = None  # the next step's time holds the evaluation: not timed
+        return control
+
     def on_save(self, args, state, control, **kwargs):
-        checkpoint = Path(args.output_dir) / f"{PREFIX}-{state.global_step}"
+        self._step_end = None
+        name = f"{PREFIX}-{state.global_step}"
+        checkpoint = Path(args.output_dir) / name
+        staging = Path(args.output_dir) / f"{STAGING_PREFIX}{name}" / name  # being written in the background
         if self.rank == 0:
             self.progress.step(state.global_step, saved=True)
+        record = {**self.record, "checkpoint": {"step": state.global_step, "saved_at": now()}}
         if self.rank == 0 and checkpoint.is_dir():
-            record = {**self.record, "checkpoint": {"step": state.global_step, "saved_at": now()}}
             write_record(checkpoint / RECORD_NAME, record)
             add_to_sizes(checkpoint, RECORD_NAME)
+        elif self.rank == 0 and staging.is_dir():
+            write_record(staging / RECORD_NAME, record)  # published with it, its size recorded then
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.rank == 0 and self.record:
             self.record.update(ended_at=now(), final_step=state.global_step)
+            if self.saves is not None and self.saves.saves:
+                median = statistics.median(self.step_seconds) if self.step_seconds else None
+                self.record["checkpoint_saves"] = self.saves.summary(median)
             self.write()
         return control
 

@@ -5,7 +5,8 @@ Each rank writes `rank-<R>.json` into a folder when training ends: when its firs
 many tokens it trained on, the eval losses seen, and its peak memory. A step's time runs from the end of
 the previous step (or of the evaluation or checkpoint after it) to its own end, so data loading counts and
 evaluations and saves do not: a checkpoint's seconds are kept apart (`save_seconds`: from the step's end to the
-save's, what a checkpoint costs the run).
+save's, what a checkpoint costs the run; with `saves`, the run's zerokit.train.checkpoint_writer.SaveLog, each
+save's figures too, in `checkpoint_saves`: the wait for the one before it, a background write's time and size).
 
 The clock must not slow what it measures. On a GPU a moment is a CUDA event recorded on the current stream
 (Timeline): the host never waits for the device at a step's end, so the host work between steps (collate,
@@ -31,12 +32,15 @@ import resource
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
 from zerokit.foundations import startup_marks
 from zerokit.foundations.files import write_json
+
+if TYPE_CHECKING:
+    from zerokit.train.checkpoint_writer import SaveLog
 
 
 def peak_memory() -> tuple[int, str]:
@@ -93,9 +97,15 @@ class StepClock(TrainerCallback):
     caller gives the whole model's parameter count, taken before the split."""
 
     def __init__(
-        self, folder: str | Path, tokens_per_sample: int, model_parallel: int = 1, parameters: int | None = None
+        self,
+        folder: str | Path,
+        tokens_per_sample: int,
+        model_parallel: int = 1,
+        parameters: int | None = None,
+        saves: SaveLog | None = None,
     ):
         self.folder = Path(folder)
+        self.saves = saves
         self.tokens_per_sample = tokens_per_sample
         self.model_parallel = model_parallel
         self.timeline: Timeline | None = None  # made at the first step, once the device is in use
@@ -181,6 +191,7 @@ class StepClock(TrainerCallback):
             "first_step_end": self.first_step_end,
             "step_seconds": self.step_seconds,  # every step after the first
             "save_seconds": self.save_seconds,  # every checkpoint written
+            "checkpoint_saves": [s.as_record() for s in self.saves.saves] if self.saves else [],
             "step_tokens": self.step_tokens if len(self.step_tokens) == len(self.step_seconds) else [],
             "samples_per_step": samples_per_step,
             "tokens_per_sample": self.tokens_per_sample,
