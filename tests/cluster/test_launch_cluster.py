@@ -236,51 +236,77 @@ def node_train_pids(netns: str) -> list[int]:
     return found
 
 
-def test_a_dead_node_is_left_out_and_the_job_restarts_on_the_others(cluster3: Cluster):
-    """pdsh from node1 to 3 nodes x 1 rank, --max-restarts 1: once the first checkpoint is whole, every process
-    of node3 is SIGKILLed, its sshd too (a node that died; kill_node keeps what the cluster needs). The head stops
-    the other nodes' ranks, finds node3 silent, and starts the job again on node1 and node2 from that checkpoint
-    (train with --resume auto, 2 ranks where 3 wrote it: the same global batch of 24, 4 per rank x 3 accumulation
-    steps instead of 2); the run finishes, its record names the fault, and its losses after the fault are those
-    of an uninterrupted 2-node run resumed from the same checkpoint (within 1e-4 relative).
+def test_a_dead_node_is_left_out_and_the_job_resumes_from_the_copies_in_the_others_memory(cluster3: Cluster):
+    """pdsh from node1 to 3 nodes x 1 rank, --max-restarts 1, a checkpoint on disk every 4 steps and one in the
+    nodes' memory at every step between (--memory-checkpoints 1: each node's copy in its own memory and in the next
+    node's, in the node's private /tmp). Once 6 steps are logged, every process of node3 is SIGKILLed, its sshd too
+    (a node that died; kill_node keeps what the cluster needs), and its memory wiped. The head stops the other
+    nodes' ranks, finds node3 silent, and starts the job again on node1 and node2, where train rebuilds the newest
+    step of which they hold every node's copy (node3's own from node1's memory), newer than the disk's
+    checkpoint-4, and resumes it on 2 ranks where 3 wrote it (the same global batch of 24, 4 per rank x 3
+    accumulation steps instead of 2). The run finishes; its record names the fault, the copies and the steps lost
+    (at most 2: K, and the step whose copy was still travelling); its losses after the fault are those of an
+    uninterrupted 2-node run resumed from the same checkpoint (within 1e-4 relative).
 
-    A node cut off instead (its link down), with a spare taking its place: test_node_partition.py."""
+    The same fault resumed from the disk's checkpoint: under mpirun and Slurm below. A node cut off instead (its
+    link down), with a spare taking its place: test_node_partition.py."""
     tmp = cluster3.shared_dir / f"node-fault-{time.monotonic_ns()}"
     tmp.mkdir()
     argv, output = head_restart_argv(tmp, "zero2")
-    code, lines, failed_at = through_a_fault(cluster3, argv, tmp, output, *dead_node(cluster3, "node3"))
+    argv[argv.index("--save_steps") + 1], argv[argv.index("--max_steps") + 1] = "4", "12"
+    at = argv.index("--save_strategy")
+    argv[at:at] = ["--memory-checkpoints", "1", "--memory-checkpoint-dir", "/tmp/zerokit-memory"]
+    dies, repair = dead_node(cluster3, "node3")
+
+    def dies_with_its_memory() -> None:
+        dies()
+        cluster3.run("node3", ["rm", "-rf", "/tmp/zerokit-memory"], check=True)
+
+    code, lines, failed_at = through_a_fault(
+        cluster3, argv, tmp, output, dies_with_its_memory, repair, ready=lambda lines: steps_logged(lines) >= 6
+    )
     log = "".join(line for _, line in lines)
     assert code == 0, log[-6000:]
     assert "launch: pdsh to node3 exited with 255; " in log
-    assert ": a machine fault; node3 left out; restart 1 of 1 on 2 node(s) (node1,node2), from " in log, log[-6000:]
+    restart = ": a machine fault; node3 left out; restart 1 of 1 on 2 node(s) (node1,node2), from the newest whole"
+    assert restart in log, log[-6000:]
     assert (output / "model.safetensors").is_file()
-    (event,) = json.loads((output / "zerokit-run.json").read_text())["restarts"]
+    record = json.loads((output / "zerokit-run.json").read_text())
+    (event,) = record["restarts"]
     assert (event["nodes"], event["left_out"], event["hosts"], event["restart"]) == (
         ["node3"], ["node3"], ["node1", "node2"], 1)  # fmt: skip
+    recovery = record["memory_recovery"]
+    resumed = int(recovery["checkpoint"].rsplit("-", 1)[1])
+    assert recovery["source"] == "memory" and recovery["disk_checkpoint"] == "checkpoint-4" and resumed > 4, recovery
+    assert any("/node1/peer/" in folder for folder in recovery["copies_from"]["node1"]), recovery  # node3's copy
+    assert 0 <= event["steps_lost"] <= 2, event
     restarted = next(t for t, line in lines if "a machine fault; node3 left out" in line)
     step = next(t for t, line in lines if t > restarted and "'loss'" in line)
-    print(f"node killed: restart {restarted - failed_at:.1f} s, first step {step - failed_at:.1f} s after the kill")
+    print(
+        f"node killed at step {event['reached_step']}: resumed from the memory copy of step {resumed} "
+        f"({event['steps_lost']} step(s) lost; the disk's was step 4); restart {restarted - failed_at:.1f} s, "
+        f"first step {step - failed_at:.1f} s after the kill"
+    )
 
     # The curve after the fault is that of an uninterrupted 2-node run resumed from the same checkpoint.
     (tmp / "two").write_text("node1\nnode2\n")
     reference = tmp / "reference"
     at = argv.index("--max-restarts")
     again = [*argv[:4], str(tmp / "two"), *argv[5:at], *argv[at + 2 :]]
-    again[again.index("auto")] = event["resumes_from"]
+    again[again.index("auto")] = str(output / recovery["checkpoint"])
     again[again.index(str(output))] = str(reference)
     again[-1] = "3"  # 2 ranks x 3 accumulation steps: the global batch of 24, as the restart kept it
     result = cluster3.run("node1", again, env=node_env(tmp), cwd=tmp, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    resumed = int(event["resumes_from"].rsplit("-", 1)[1])
     after, uninterrupted = (
         {e["step"]: e["loss"] for e in json.loads((folder / "trainer_state.json").read_text())["log_history"]
          if "loss" in e and e["step"] > resumed}
         for folder in (output, reference)
     )  # fmt: skip
-    assert after.keys() == uninterrupted.keys() == set(range(resumed + 1, 9))
+    assert after.keys() == uninterrupted.keys() == set(range(resumed + 1, 13))
     worst = max(abs(after[k] - uninterrupted[k]) / abs(uninterrupted[k]) for k in after)
     assert worst <= 1e-4, (after, uninterrupted)
-    print(f"steps {resumed + 1}-8 after the fault against an uninterrupted 2-node run: {worst:.1e} relative at most")
+    print(f"steps {resumed + 1}-12 after the fault against an uninterrupted 2-node run: {worst:.1e} relative at most")
 
 
 def test_a_dead_node_of_an_mpirun_job_is_left_out_and_the_job_restarts_on_the_others(cluster3: Cluster):
@@ -311,14 +337,19 @@ def through_a_fault(
     output: Path,
     fault: Callable[[], object],
     repair: Callable[[], object],
+    ready: Callable[[list[tuple[float, str]]], bool] | None = None,
 ) -> tuple[int, list[tuple[float, str]], float]:
-    """Run launch's argv on node1; once output holds a whole checkpoint, fault(), then wait for the job's end;
-    repair() after, for the tests after. The job's exit code, its timed lines, and when the fault came."""
+    """Run launch's argv on node1; once output holds a whole checkpoint (or ready(the lines so far) holds),
+    fault(), then wait for the job's end; repair() after, for the tests after. The job's exit code, its timed
+    lines, and when the fault came."""
     job = cluster.popen("node1", argv, env=node_env(tmp), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     lines, reader = timed_lines(job)
     fault_at = None
     try:
-        wait_for_checkpoint(output, lines, job)
+        if ready is None:
+            wait_for_checkpoint(output, lines, job)
+        else:
+            wait_until(lambda: ready(lines), lines, job)
         fault_at = time.monotonic()
         fault()
         code = job.wait(timeout=300)
@@ -436,6 +467,22 @@ def wait_for_checkpoint(
         assert job is None or job.poll() is None, "".join(line for _, line in lines)[-4000:]
         assert time.monotonic() < deadline, "no checkpoint in time:\n" + "".join(t for _, t in lines)
         time.sleep(0.2)
+
+
+def wait_until(
+    condition: Callable[[], bool], lines: list[tuple[float, str]], job: subprocess.Popen, seconds: float = 300
+) -> None:
+    """Until condition() holds; the job's lines shown if it ends first or the condition does not come in time."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert job.poll() is None, "".join(line for _, line in lines)[-4000:]
+        assert time.monotonic() < deadline, "not in time:\n" + "".join(t for _, t in lines)
+        time.sleep(0.1)
+
+
+def steps_logged(lines: list[tuple[float, str]]) -> int:
+    """How many training steps the job's lines have logged (`--logging_steps 1`: one loss line each)."""
+    return sum("'loss'" in line for _, line in list(lines))
 
 
 def line_seen(lines: list[tuple[float, str]], text: str, deadline: float) -> float | None:

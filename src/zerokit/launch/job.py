@@ -49,6 +49,7 @@ class Spellings:
     hf_deepspeed: tuple[str, ...] = ()  # HF's --deepspeed FILE, whose fixed train_batch_size the batch must make
     micro_batch: tuple[str, ...] = ()  # per rank, where launch checks the batch
     accumulation: tuple[str, ...] = ()
+    memory_checkpoints: tuple[str, ...] = ()  # a restart may resume a copy in the nodes' memory instead
     rewritten: bool = False  # a restart resumes it (--resume auto) and rescales its accumulation
 
 
@@ -57,6 +58,7 @@ FLAGS: dict[str, Spellings] = {
     "train": Spellings(
         ds_config=("--config",),  # a bundled name or a file; else ZEROKIT_CONFIG, else train's default
         accumulation=("--gradient_accumulation_steps", "--gradient-accumulation-steps"),  # as HF's parser reads it
+        memory_checkpoints=("--memory-checkpoints",),  # else ZEROKIT_MEMORY_CHECKPOINTS
         rewritten=True,
     ),
     "generate": Spellings(),
@@ -88,6 +90,7 @@ class Job:
     hf_deepspeed: str | None = None  # a script's HF --deepspeed FILE
     micro_batch: str | None = None  # as given; None: HF's default
     accumulation: str | None = None  # as given; None: the program's default
+    memory_checkpoints: bool = False  # train --memory-checkpoints: a restart may resume from the nodes' memory
 
 
 def kind_of(argv: Sequence[str]) -> str:
@@ -120,6 +123,9 @@ def read_job(argv: Sequence[str], environ: Mapping[str, str]) -> Job:
         hf_deepspeed=first(flags, spelt.hf_deepspeed),
         micro_batch=first(flags, spelt.micro_batch),
         accumulation=first(flags, spelt.accumulation),
+        memory_checkpoints=bool(
+            first(flags, spelt.memory_checkpoints) or (kind == "train" and environ.get("ZEROKIT_MEMORY_CHECKPOINTS"))
+        ),
     )
 
 

@@ -129,6 +129,8 @@ def restarting(first: Attempt, sight: Sight, placement: Placement, max_restarts:
                 say(f"{too_few if restart <= max_restarts else why}: {outputs_state(attempt.job)}; {kept}")
                 return code
             start = f"from {resumes}" if resumes else "as given"
+            if job.memory_checkpoints:
+                start = f"from the newest whole copy in the nodes' memory, else {resumes or 'as given'}"
             before, after = placement.words(where)
             say(f"{fault.said}: a machine fault; {before}restart {restart} of {max_restarts}{after}, {start}; {kept}")
             if sight.stall is not None:

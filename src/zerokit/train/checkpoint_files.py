@@ -44,6 +44,7 @@ class PendingFile:
     def write(self) -> int:
         """Write the file whole (see the module docstring); its size in bytes."""
         partial = self.path.with_name(self.path.name + PARTIAL_SUFFIX)
+        self.path.parent.mkdir(parents=True, exist_ok=True)  # a memory copy's node may not be rank 0's
         try:
             if self.kind == "safetensors":
                 from safetensors.torch import save_file

@@ -41,12 +41,14 @@ class SaveFigures:
     """What one checkpoint cost, on this rank (the saving rank's figures are the run's)."""
 
     step: int
-    write: str  # "background" or "sync"
+    write: str  # "background", "sync" or "memory" (--memory-checkpoints)
     stall_seconds: float  # training held: the whole save (sync), or the wait, the host copy and the small files
     wait_seconds: float = 0.0  # of the stall: waiting for the save before it to finish writing
     copy_bytes: int = 0  # copied into host buffers (background)
     write_seconds: float | None = None  # from the save's start to the checkpoint published (None: not yet)
-    bytes: int | None = None  # the published checkpoint's size, every rank's files
+    bytes: int | None = None  # the published checkpoint's size, every rank's files (a memory copy: its node's)
+    peer_seconds: float | None = None  # a memory copy: swapping it with the neighbour nodes (zerokit.train.peer_ring)
+    peer_bytes: int | None = None  # a memory copy: the neighbour's copy received
 
     @property
     def mib_per_s(self) -> float | None:
@@ -91,7 +93,7 @@ class Job:
     files: list[PendingFile]
     figures: SaveFigures
     started: float  # time.monotonic() when the save began
-    publish: Callable[[], int] | None  # the saving rank's: publish the staging folder, its size in bytes
+    publish: Callable[[SaveFigures], int] | None  # the saving rank's: publish the staging folder, its size in bytes
     name: str
     released: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
@@ -154,7 +156,7 @@ class BackgroundWriter:
                     "the last whole checkpoint is intact: --resume auto"
                 )
             if everyone and job.publish is not None:
-                job.figures.bytes = job.publish()
+                job.figures.bytes = job.publish(job.figures)
             job.figures.write_seconds = time.monotonic() - job.started
         except BaseException as error:
             job.error = job.error or error

@@ -63,6 +63,7 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[Tra
     if options.streaming and not options.dataset:
         raise UserError("--streaming needs --dataset (the embedded corpus is small)")
     check_fine_tuning(options)
+    check_memory_checkpoints(options)
     if options.from_scratch and not options.model:
         raise UserError("--from-scratch needs --model (whose config is used); or use --model-type")
     if options.dataset and environ.get("LOCAL_RANK", "0") == "0":  # once per node: it reads the files whole
@@ -70,6 +71,20 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[Tra
 
         check_text_files(resolve_source(options.dataset))  # a missing, empty or binary file fails now
     return options, hf_argv
+
+
+def check_memory_checkpoints(options: TrainFlags) -> None:
+    """--memory-checkpoints rides on the background save (its host copy, its writer thread), which --pp-size's
+    engine has not."""
+    if not options.memory_checkpoints:
+        return
+    if options.checkpoint_write != "background":
+        raise UserError(
+            "--memory-checkpoints needs --checkpoint-write background (the copy is the background save's): "
+            "leave --checkpoint-write sync out, or --memory-checkpoints"
+        )
+    if options.pp_size:
+        raise UserError("--memory-checkpoints is not built for --pp-size's pipeline engine: leave one of them out")
 
 
 def check_fine_tuning(options: TrainFlags) -> None:

@@ -220,6 +220,21 @@ class TrainFlags:
         "training goes on while a thread writes it; sync: training waits for the write. Either way a checkpoint "
         "is published (--resume auto takes it) only once every rank's files are on disk",
     )
+    memory_checkpoints: int | None = flag(
+        "--memory-checkpoints",
+        check=values.count,
+        metavar="K",
+        help="every K steps, a checkpoint in host memory: each node's in its own, and a copy in the next node's "
+        "(a ring over the job's nodes). When launch --max-restarts restarts the job after a fault, it resumes from "
+        "the copies the surviving nodes hold where they are newer than the disk's checkpoint and whole, losing at "
+        "most K steps (zerokit-run.json's memory_recovery says which). Needs --checkpoint-write background",
+    )
+    memory_checkpoint_dir: Path | None = flag(
+        "--memory-checkpoint-dir",
+        type=Path,
+        metavar="DIR",
+        help="where a node keeps the memory checkpoints: a tmpfs (default: /dev/shm/zerokit-memory-checkpoints)",
+    )
 
     @cached_property
     def ds_config(self) -> Path | None:

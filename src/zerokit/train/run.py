@@ -19,6 +19,7 @@ from zerokit.train.blocks import block_length, load_datasets, prepared_info
 from zerokit.train.checkpoint_writer import SaveLog
 from zerokit.train.layout import ParallelLayout
 from zerokit.train.memory_check import check_memory
+from zerokit.train.memory_checkpoints import MemoryPlan
 from zerokit.train.memory_need import Setup, count
 from zerokit.train.model import check_limits, fine_tuning, load_model, load_tokenizer, model_config
 from zerokit.train.options import (
@@ -57,6 +58,14 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
     pipelined = layout.pp is not None
     notes: list[str] = []
+    memory = MemoryPlan.of(options.memory_checkpoints, options.memory_checkpoint_dir, options.output_dir)
+    recovery = None
+    if memory is not None:  # a restart rebuilds the newest checkpoint the nodes' memory holds, before it is looked for
+        from zerokit.train.peer_recovery import recover, store_of
+
+        store = store_of(memory.root, options.output_dir)
+        recovery = recover(store, options.output_dir, os.environ, resume_auto=options.resume == "auto")
+        mark("memory_recovery")
     resume = resolve_resume(options.resume, options.output_dir, notes)
     if resume:
         check_pipeline_resume(resume, layout.as_record() if pipelined else None)
@@ -69,6 +78,10 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     mark("arguments")
     join_process_group(args, deepspeed=options.ds_config is not None)
     mark("process_group")
+    if recovery is not None and args.process_index == 0:  # every rank has read the recovery's end by now
+        from zerokit.train.peer_recovery import forget_meetings
+
+        forget_meetings(options.output_dir)
     tokenizer = load_tokenizer(options)
     mark("tokenizer")
     config = model_config(options, tokenizer)
@@ -79,6 +92,11 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     check_limits(options, tokenizer, config, prepared)  # every rank alike, before anything is written or loaded
     check_model(options.tp_size, config)
     numbers = check_memory(options, args, config, layout.world, on_gpu)  # before the model is built
+    if memory is not None and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        from zerokit.train.memory_store import check_room, copy_bytes
+
+        node_ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or layout.world)
+        check_room(memory.root, 2 * copy_bytes(numbers.parameters, numbers.trainable, node_ranks, layout.world))
     start = _start_message(options, resume, resharded is not None, config, numbers.parameters)
     record = claim_output_dir(options, resume, args.process_index, disk_need(numbers, args.save_strategy != "no"))
     if args.full_determinism:
@@ -121,6 +139,8 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
             claim=record,
             saves=saves,
             micro_batch=micro_batch.as_record() if micro_batch else None,
+            memory_recovery=recovery,
+            memory_every=options.memory_checkpoints,
         )
     )
     run = TrainingRun(
@@ -137,6 +157,7 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
         record=record,
         preemption=preemption,
         saves=saves,
+        memory=memory,
     )
     if pipelined:
         from zerokit.train.pipeline_run import PipelineRun

@@ -18,7 +18,7 @@ from __future__ import annotations
 import errno
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from zerokit.outputs.checkpoints import PREFIX, STAGING_PREFIX, newest_complete_
 from zerokit.outputs.ownership import existing_parent
 from zerokit.train.callbacks.finite_loss import FiniteLossGuard
 from zerokit.train.checkpoint_writer import BackgroundWriter, Job, SaveFigures, SaveLog
+from zerokit.train.memory_checkpoints import MemoryCheckpoints, MemoryPlan
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # What torch's and DeepSpeed's writers say when a write fails (the errno is lost on the way).
@@ -44,17 +45,30 @@ class ZerokitTrainer(Trainer):
 
     _staging: Path | None = None
 
-    def __init__(self, *args, loss_guard: FiniteLossGuard, saves: SaveLog | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        loss_guard: FiniteLossGuard,
+        saves: SaveLog | None = None,
+        memory: MemoryPlan | None = None,
+        **kwargs,
+    ) -> None:
         # Last, so that it sees every callback's wish to save (a preemption's too) before a save.
         super().__init__(*args, callbacks=[*kwargs.pop("callbacks", []), loss_guard], **kwargs)
         self.loss_guard = loss_guard
         self.saves = saves if saves is not None else SaveLog()
         self.writer: BackgroundWriter | None = None
+        self.memory: MemoryCheckpoints | None = None
+        self._saved_step = -1  # the last disk checkpoint's step
         if self.saves.write == "background":
             from zerokit.train.host_snapshot import HostSnapshot
 
             self.writer = BackgroundWriter()  # every rank, here: it makes the writers' process group
             self.snapshot = HostSnapshot()
+            if memory is not None:
+                from zerokit.train.memory_checkpoints import MemoryCheckpoints
+
+                self.memory = MemoryCheckpoints(memory)  # every rank, here: it makes the ring's group
 
     def training_step(self, *args, **kwargs):
         loss = super().training_step(*args, **kwargs)
@@ -70,6 +84,7 @@ class ZerokitTrainer(Trainer):
 
     def _save_checkpoint(self, model, trial) -> None:
         started = time.monotonic()
+        self._saved_step = self.state.global_step
         run_dir = Path(super()._get_output_dir(trial))
         waited = self.wait_for_writes()  # one save at a time
         name = f"{PREFIX}-{self.state.global_step}"
@@ -83,7 +98,9 @@ class ZerokitTrainer(Trainer):
                 if self.writer is None:
                     super()._save_checkpoint(model, trial)  # writes staging/checkpoint-N
                 else:
-                    self._copy_checkpoint(model, trial, staging, name, started, waited)
+                    limit, best = self.args.save_total_limit, self.best()
+                    publish = lambda _: publish_checkpoint(staging, name, run_dir, limit, best)  # noqa: E731
+                    self._copy_checkpoint(model, trial, staging, started, waited, "background", publish)
                     return
         finally:
             self._staging = None
@@ -95,24 +112,54 @@ class ZerokitTrainer(Trainer):
         figures.stall_seconds = figures.write_seconds = time.monotonic() - started
         self.saves.saves.append(figures)
 
-    def _copy_checkpoint(self, model, trial, staging: Path, name: str, started: float, waited: float) -> None:
-        """The background save: the Trainer's save with its large files copied to host memory, then handed to the
-        writer, which publishes staging/name as checkpoint-N once every rank has written its files."""
+    def _copy_checkpoint(
+        self,
+        model,
+        trial,
+        staging: Path,
+        started: float,
+        waited: float,
+        write: str,
+        publish: Callable[[SaveFigures], int],
+    ) -> Job:
+        """A save in the background: the Trainer's save into staging with its large files copied to host memory,
+        then handed to the writer, which calls publish (on the saving rank: a disk checkpoint's; on a node's first
+        rank: a memory copy's) once every rank has written its files."""
         from zerokit.train.checkpoint_capture import Capture, capturing
 
         assert self.writer is not None
         self.snapshot.begin()
         capture = Capture(self.snapshot)
         engine = self.model_wrapped if self.is_deepspeed_enabled else None
-        with capturing(engine, capture):
-            super()._save_checkpoint(model, trial)  # the small files into staging/checkpoint-N, the large copied
+        self._staging = staging
+        try:
+            with capturing(engine, capture):
+                super()._save_checkpoint(model, trial)  # the small files into staging/checkpoint-N, the large copied
+        finally:
+            self._staging = None
         self.snapshot.finish()
-        run_dir, limit, best = staging.parent, self.args.save_total_limit, self.best()
-        publish = (lambda: publish_checkpoint(staging, name, run_dir, limit, best)) if self.args.should_save else None
-        figures = SaveFigures(self.state.global_step, "background", 0.0, waited, self.snapshot.bytes)
-        self.writer.submit(Job(capture.files, figures, started, publish, name))
+        saving = self.memory.first if write == "memory" and self.memory else self.args.should_save
+        figures = SaveFigures(self.state.global_step, write, 0.0, waited, self.snapshot.bytes)
+        job = Job(capture.files, figures, started, publish if saving else None, f"{PREFIX}-{self.state.global_step}")
+        self.writer.submit(job)
         figures.stall_seconds = time.monotonic() - started
         self.saves.saves.append(figures)
+        return job
+
+    def _memory_checkpoint(self, model, trial) -> None:
+        """A checkpoint into the nodes' memory (zerokit.train.memory_checkpoints), written and swapped in the
+        background; no callback runs for it."""
+        assert self.memory is not None
+        started = time.monotonic()
+        waited = self.wait_for_writes()  # one save at a time
+        step = self._saved_step = self.state.global_step  # the epoch's end calls again at the same step
+        staging = self.memory.staging(step)
+        (staging / f"{PREFIX}-{step}").mkdir(parents=True, exist_ok=True)  # every node's: DeepSpeed makes rank 0's
+        written, memory = staging / f"{PREFIX}-{step}", self.memory
+        job = self._copy_checkpoint(
+            model, trial, staging, started, waited, "memory", lambda figures: memory.publish(written, step, figures)
+        )
+        job.released.set()
 
     def best(self) -> Path | None:
         best = self.state.best_model_checkpoint
@@ -125,13 +172,18 @@ class ZerokitTrainer(Trainer):
         with naming_a_full_disk(Path(self.args.output_dir), pending):
             return self.writer.wait()
 
-    def _maybe_log_save_evaluate(self, *args, **kwargs) -> None:
-        super()._maybe_log_save_evaluate(*args, **kwargs)
+    def _maybe_log_save_evaluate(self, tr_loss, grad_norm, model, trial, *args, **kwargs) -> None:
+        super()._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, *args, **kwargs)
         if self.writer is not None:
             self.writer.release()  # the save's callbacks have written into its staging folder: it may publish
+        step = self.state.global_step
+        if self.memory is not None and self._saved_step != step and self.memory.due(step, self.state.max_steps):
+            self._memory_checkpoint(model, trial)
 
     def _finalize_training(self, *args, **kwargs):
         self.wait_for_writes()  # the last checkpoint on disk before the best model is loaded and the run ends
+        if self.memory is not None:
+            self.memory.discard()
         return super()._finalize_training(*args, **kwargs)
 
 

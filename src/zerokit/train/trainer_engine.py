@@ -28,6 +28,7 @@ class TrainerEngine:
             data_collator=default_data_collator,
             callbacks=run.callbacks,
             saves=run.saves,
+            memory=run.memory,
         )
         mark("trainer")
 

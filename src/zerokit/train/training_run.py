@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from zerokit.outputs.ownership import OutputRecord
     from zerokit.train.callbacks.preemption import PreemptionCallback
     from zerokit.train.checkpoint_writer import SaveLog
+    from zerokit.train.memory_checkpoints import MemoryPlan
 
 
 def perplexity(eval_loss: float) -> float:
@@ -66,6 +67,7 @@ class TrainingRun:
     record: OutputRecord | None  # the output folder's record, on rank 0; None on the others
     preemption: PreemptionCallback | None  # None where bench runs without it
     saves: SaveLog | None = None  # what each checkpoint cost, and how they are written (--checkpoint-write)
+    memory: MemoryPlan | None = None  # --memory-checkpoints (zerokit.train.memory_checkpoints)
 
     def execute(self, engine: Callable[[TrainingRun], Engine]) -> int:
         """Build the engine, train, save and evaluate: the exit code (a preemption's once its checkpoint is written)."""

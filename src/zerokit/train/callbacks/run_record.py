@@ -146,12 +146,16 @@ class RunRecorder(TrainerCallback):
         claim: ownership.OutputRecord | None = None,
         saves: SaveLog | None = None,
         micro_batch: Mapping[str, object] | None = None,
+        memory_recovery: Mapping[str, object] | None = None,
+        memory_every: int | None = None,
     ) -> None:
         """options: the run's (its output folder, its DeepSpeed config by name and file). layout: how the ranks
         divide ({"tp_size": ..., "dp_size": ...}), recorded as "parallelism" and, with the batch flags, as the
         global batch ("batch"). claim: the output folder's ownership record (rank 0's), written when the run has
         started. saves: what each checkpoint cost (the Trainer fills it), recorded at the end. micro_batch: what
-        --micro-batch auto chose and how, recorded as "micro_batch" (None without it)."""
+        --micro-batch auto chose and how, recorded as "micro_batch" (None without it). memory_recovery: what a
+        restart of a --memory-checkpoints run resumed, from memory or disk (zerokit.train.peer_recovery);
+        memory_every: its K, whose copies are noted as saves are (a restart's count of the steps lost)."""
         self.output_dir = options.output_dir
         self.claim = claim
         self.layout = dict(layout or {})
@@ -164,6 +168,8 @@ class RunRecorder(TrainerCallback):
         self.started = False  # the output folder's records are this run's
         self.saves = saves
         self.micro_batch = micro_batch  # what --micro-batch auto chose, and how (zerokit.train.micro_probe)
+        self.memory_recovery = memory_recovery
+        self.memory_every = memory_every
         self.step_seconds: list[float] = []  # between step ends, but those that held a save or an evaluation
         self._step_end: float | None = None
 
@@ -191,6 +197,7 @@ class RunRecorder(TrainerCallback):
                 "deepspeed": deepspeed_section(config_name, config_file, args.deepspeed),
                 "resumed_from": resume_chain(resume),
                 "restarts": restarts,
+                "memory_recovery": self.memory_recovery,
                 "earlier_runs": earlier_runs(last),
             }
         return control
@@ -222,7 +229,8 @@ class RunRecorder(TrainerCallback):
                 self.stepped = True
                 with_first_step(self.record["restarts"], datetime.now(UTC))
                 self.write()
-            self.progress.step(state.global_step)
+            copied = bool(self.memory_every) and state.global_step % self.memory_every == 0
+            self.progress.step(state.global_step, saved=copied)
         return control
 
     def on_evaluate(self, args, state, control, **kwargs):

@@ -1,0 +1,85 @@
+"""Memory checkpoints (`train --memory-checkpoints K`): a copy is taken only whole, a restart rebuilds the newest
+step whose every node's copy survives, and the flags that cannot work are refused before torch. The ring over
+real nodes, a node killed and the run resumed on the uninterrupted curve: tests/cluster/test_launch_cluster.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zerokit.foundations.errors import UserError
+from zerokit.launch.job import read_job
+from zerokit.train.cli import parse
+from zerokit.train.memory_store import NodeStore, check_room, read_copy, seal
+from zerokit.train.peer_recovery import choose
+
+
+def written_copy(folder: Path, files: dict[str, bytes]) -> Path:
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    return folder
+
+
+def test_a_copy_is_whole_only_with_every_file_at_its_size_and_each_side_keeps_its_newest(tmp_path: Path):
+    store = NodeStore(tmp_path / "run" / "node1")
+    for step in (5, 6):
+        written = written_copy(store.staging("own", step) / f"checkpoint-{step}", {"a.pt": b"x" * 10, "g/b.pt": b"y"})
+        seal(written, store.side("own"), step, node=0, nodes=3, world=3)
+    later = store.staging("own", 7)  # the next copy, being written while step 6's is sealed
+    later.mkdir(parents=True)
+    assert sorted(p.name for p in store.side("own").iterdir()) == ["checkpoint-6", "tmp-checkpoint-7"]
+    (copy,) = store.whole()
+    assert (copy.step, copy.node, copy.nodes, copy.world) == (6, 0, 3, 3)
+    assert copy.files() == {"a.pt": 10, "g/b.pt": 1}
+
+    (copy.folder / "a.pt").write_bytes(b"x" * 4)  # cut short
+    assert read_copy(copy.folder) is None and store.whole() == []
+
+    # A peer's copy comes with its manifest; one that lost a file on the way is refused, not taken.
+    received = written_copy(store.staging("peer", 6), {"a.pt": b"x" * 10})
+    (received / "zerokit-memory.json").write_text(
+        '{"step": 6, "node": 2, "nodes": 3, "world": 3, "files": {"a.pt": 10, "b.pt": 3}}'
+    )
+    with pytest.raises(OSError, match="not whole"):
+        seal(received, store.side("peer"), 6)
+    store.clear()
+    assert not (tmp_path / "run").exists()
+
+
+def offer(host: str, *copies: tuple[int, int]) -> dict:
+    return {
+        "host": host,
+        "copies": [{"step": s, "node": n, "nodes": 3, "world": 3, "folder": f"/{host}/{s}/{n}"} for s, n in copies],
+    }
+
+
+def test_the_newest_step_whose_every_node_survives_is_rebuilt_from_whoever_holds_each_copy():
+    # Node 3 (index 2) is lost: node1 holds its own copies and node3's (its peer), node2 its own and node1's.
+    # Step 7's swap was cut off: node3's copy of it never reached node1.
+    offers = [offer("node1", (6, 0), (6, 2), (7, 0)), offer("node2", (6, 1), (6, 0), (7, 1), (7, 0))]
+    decision = choose(offers, disk_step=4)
+    assert decision["step"] == 6
+    assert sorted(folder for folders in decision["exporters"].values() for folder in folders) == [
+        "/node1/6/0", "/node1/6/2", "/node2/6/1"]  # fmt: skip
+    assert choose(offers, disk_step=6) == {"step": None, "exporters": {}}  # the disk's is as new: resumed from there
+    assert choose([offers[1]], disk_step=4)["step"] is None  # two nodes lost: no step is whole
+
+
+def test_memory_checkpoints_refuse_what_they_cannot_ride_on(tmp_path: Path):
+    with pytest.raises(UserError, match="--memory-checkpoints needs --checkpoint-write background"):
+        parse(["--memory-checkpoints", "1", "--checkpoint-write", "sync"], {})
+    with pytest.raises(UserError, match="must be at least 1"):
+        parse(["--memory-checkpoints", "0"], {})
+    options, _ = parse([], {"ZEROKIT_MEMORY_CHECKPOINTS": "2"})
+    assert options.memory_checkpoints == 2
+    with pytest.raises(UserError, match=r"need 1073741824\.0 GiB in .*: give a larger tmpfs"):
+        check_room(tmp_path / "store", 1 << 60)
+
+
+def test_launch_reads_that_a_restart_may_resume_from_memory():
+    train = ("python", "-m", "zerokit", "train", "--output-dir", "out")
+    assert read_job((*train, "--memory-checkpoints", "1"), {}).memory_checkpoints
+    assert read_job(train, {"ZEROKIT_MEMORY_CHECKPOINTS": "4"}).memory_checkpoints
+    assert not read_job(train, {}).memory_checkpoints
