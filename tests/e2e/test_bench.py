@@ -28,7 +28,7 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
     skips = ["--skip", "startup", "--skip", "data", "--skip", "preemption"]
     result = run_zerokit([*argv, "--eval-steps", "6", "--repeats", "1", "--configs", "none", *skips], zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "8/9" in result.stderr  # the progress bar, one tick per run
+    assert "9/10" in result.stderr  # the progress bar, one tick per run
 
     figures = json.loads((out / "results.json").read_text())
     rows = figures["scaling"]
@@ -56,6 +56,9 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
         row = checkpoint[write]
         assert row["saves"] == 3 and row["stall_s"] > 0 and row["write_s"] >= row["stall_s"] * 0.5
         assert row["checkpoint_mib"] > 1 and row["stall_steps"] > 0 and row["write_mib_per_s"] > 0
+    memory = checkpoint["memory"]  # a copy in host memory at each of the 9 steps between the saves (not the last)
+    assert memory["copies"] == 9 and memory["stall_s"] > 0 and memory["node_copy_mib"] > 1
+    assert memory["peer_s"] is None  # one node: no ring
     configs = {row["config"]: row for row in figures["configs"]}
     assert sorted(configs) == ["none", "zero3"] and configs["none"]["samples_per_s"] > 0
     assert len(configs["none"]["peak_memory_per_rank_mib"]) == 2

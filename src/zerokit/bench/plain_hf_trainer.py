@@ -25,6 +25,8 @@ from transformers import (
     default_data_collator,
 )
 
+from zerokit.foundations.process_end import end_process
+
 
 @dataclass
 class ScriptArguments:
@@ -96,3 +98,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Ended as zerokit's ranks end (zerokit.foundations.process_end): a gloo thread that wants the GIL during the
+    # interpreter's finalization can abort the rank, or hold it; the bench saw a rank of this script wait forever
+    # in a futex after its model was written, twice in four runs of the smallest setting.
+    end_process(0)

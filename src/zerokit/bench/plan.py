@@ -20,7 +20,9 @@ from zerokit.launch.rank.environment import free_port
 
 SKIPPABLE = ("configs", "startup", "data", "checkpoint", "overhead", "preemption", "no-deepspeed", "raw", "speed")
 CHECKPOINT_SAVES = 3  # checkpoints the checkpoint group's runs write (the last one kept)
-CHECKPOINT_WRITES = ("sync", "background")  # the checkpoint group's runs: train --checkpoint-write, side by side
+# The checkpoint group's runs, side by side: train --checkpoint-write sync and background, and background with a
+# copy in host memory at every step between (--memory-checkpoints 1).
+CHECKPOINT_WRITES = ("sync", "background", "memory")
 DATA_SCALES = (1, 10)  # corpus sizes of the data group, in copies of the corpus
 DATA_ROUNDS = 2  # of the data group: its figures are medians
 
@@ -189,15 +191,18 @@ def speed_runs(cfg: BenchConfig, ranks: int) -> list[Run]:
 
 def checkpoint_run(cfg: BenchConfig, ranks: int, write: str) -> Run:
     """The main job saving a checkpoint every few steps, written `write` (train --checkpoint-write: sync or
-    background): what a save costs against a step (StepClock's save_seconds: the stall it puts on training) and
-    how long the write takes (its checkpoint_saves), so that a user can pick --save_steps."""
+    background; memory: background, and a memory checkpoint at every other step): what a save costs against a step
+    (StepClock's save_seconds: the stall it puts on training) and how long the write takes (its checkpoint_saves),
+    so that a user can pick --save_steps and --memory-checkpoints."""
     run = zerokit_run(cfg, f"checkpoint-{ranks}r-{write}", "checkpoint", 1, ranks, variant=write)
     argv = list(run.argv)
     at = argv.index("--save_strategy")  # common_training_flags' "no"; the user's flags, after it, still win
     argv[at : at + 2] = ["--save_strategy", "steps", "--save_steps", str(max(1, cfg.steps // CHECKPOINT_SAVES))]
     argv[at + 4 : at + 4] = ["--save_total_limit", "1"]
     train = argv.index("train") + 1
-    argv[train:train] = ["--checkpoint-write", write]
+    argv[train:train] = ["--checkpoint-write", "sync" if write == "sync" else "background"]
+    if write == "memory":
+        argv[train:train] = ["--memory-checkpoints", "1"]
     return replace(run, argv=tuple(argv))
 
 

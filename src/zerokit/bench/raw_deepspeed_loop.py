@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, default_data_collator, get_scheduler
 
 from zerokit.bench.plain_hf_trainer import ScriptArguments, load_model, text_blocks
+from zerokit.foundations.process_end import end_process
 from zerokit.train.callbacks.step_clock import StepClock
 
 
@@ -117,3 +118,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Ended as zerokit's ranks end (zerokit.foundations.process_end): a gloo thread that wants the GIL during the
+    # interpreter's finalization can abort the rank, or hold it; the bench saw a rank of this script wait forever
+    # in a futex after its model was written, twice in four runs of the smallest setting.
+    end_process(0)

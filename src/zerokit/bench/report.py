@@ -152,12 +152,36 @@ def overhead_summary(results: list[RunResult], peak: float | None = None) -> dic
 
 def checkpoint_summary(results: list[RunResult]) -> dict | None:
     """What a checkpoint costs the run, written sync and in the background (train --checkpoint-write), side by
-    side: {"ranks", "sync", "background"}, each write's figures (checkpoint_write_summary) or None."""
+    side: {"ranks", "sync", "background", "memory"}, each write's figures (checkpoint_write_summary; memory:
+    memory_copy_summary, the copies in host memory between the background saves) or None."""
     runs = {r.variant: r for r in results if r.group == "checkpoint" and r.save_seconds}
     if not runs:
         return None
     ranks = next(iter(runs.values())).world_size
-    return {"ranks": ranks, **{write: checkpoint_write_summary(runs.get(write)) for write in ("sync", "background")}}
+    writes = {write: checkpoint_write_summary(runs.get(write)) for write in ("sync", "background")}
+    return {"ranks": ranks, **writes, "memory": memory_copy_summary(runs.get("memory"))}
+
+
+def memory_copy_summary(run: RunResult | None) -> dict | None:
+    """The memory checkpoints' figures (train --memory-checkpoints 1, medians of the copies): the stall a copy puts
+    on training (in seconds; in steps of the run's pace, which holds the copies), the copy of this node's share
+    (the host memory it holds, twice with a peer's), its time to sealed, the swap with the neighbour nodes (None on
+    one node), and the steps' pace."""
+    copies = [f for f in (run.checkpoint_saves if run else []) if f.get("write") == "memory"]
+    if run is None or not copies:
+        return None
+    stall = statistics.median(f["stall_seconds"] for f in copies)
+    swaps = [f["peer_seconds"] for f in copies if f.get("peer_seconds") is not None]
+    sizes = [f["bytes"] for f in copies if f.get("bytes")]
+    return {
+        "copies": len(copies),
+        "stall_s": stall,
+        "stall_steps": stall * run.steps_per_second,
+        "write_s": statistics.median(f["write_seconds"] for f in copies if f.get("write_seconds") is not None),
+        "node_copy_mib": statistics.median(sizes) / 2**20 if sizes else None,
+        "peer_s": statistics.median(swaps) if swaps else None,
+        "steps_per_s": run.steps_per_second,
+    }
 
 
 def checkpoint_write_summary(run: RunResult | None) -> dict | None:
@@ -511,6 +535,15 @@ def checkpoint_section(checkpoint: dict | None) -> list[str]:
             f"| {write} | {row['stall_s']:.2f} | **{row['stall_steps']:.2f}** | {row['wait_s']:.2f} | "
             f"{row['write_s']:.2f} | {size} | {row['step_s']:.2f} | {row['steps_per_s']:.3f} |"
         )
+    memory = checkpoint.get("memory")
+    if memory:
+        swap = f"{memory['peer_s']:.2f} s" if memory["peer_s"] is not None else "none (one node: no ring)"
+        held = f"{memory['node_copy_mib']:.0f} MiB" if memory["node_copy_mib"] else "-"
+        lines += ["", f"With `--memory-checkpoints 1` beside the background saves: {memory['copies']} copies into "
+                  f"host memory, each stalling training {memory['stall_s']:.3f} s (**{memory['stall_steps']:.2f}** "
+                  f"steps), sealed {memory['write_s']:.2f} s after it began; this node's copy {held} (held twice "
+                  f"with a peer's); the swap with the neighbour nodes {swap}; "
+                  f"steps/s {memory['steps_per_s']:.3f}."]  # fmt: skip
     sync, background = checkpoint.get("sync"), checkpoint.get("background")
     for write, row in (("sync", sync), ("background", background)):
         if row and row["stall_steps"] > 0:

@@ -53,7 +53,7 @@ def test_plan_scales_then_configs_jit_data_then_rounds_of_zerokit_plain_and_no_p
     runs = plan_runs(config(tmp_path, nodes=(1, 2)), PLAIN, DATA)
     assert [r.name for r in runs] == [
         "scaling-1n-1r", "scaling-1n-2r", "scaling-2n-1r", "scaling-2n-2r", "configs-zero2", "configs-none",
-        "startup-jit-1n-2r", "checkpoint-2r-sync", "checkpoint-2r-background",
+        "startup-jit-1n-2r", "checkpoint-2r-sync", "checkpoint-2r-background", "checkpoint-2r-memory",
         "data-raw-1x-1", "data-prepared-1x-1", "data-raw-10x-1", "data-prepared-10x-1",
         "data-raw-1x-2", "data-prepared-1x-2", "data-raw-10x-2", "data-prepared-10x-2",
         "overhead-zerokit-1", "overhead-plain-1", "overhead-plain-no-deepspeed-1", "overhead-raw-1",
@@ -349,6 +349,15 @@ def test_a_checkpoints_save_is_timed_apart_from_the_steps(tmp_path: Path, monkey
     assert summary["background"] == pytest.approx({"saves": 3, "stall_s": 0.3, "step_s": 2.0, "stall_steps": 0.15,
                                                    "wait_s": 0.5, "write_s": 10.0, "steps_per_s": 0.5,
                                                    "checkpoint_mib": 100.0, "write_mib_per_s": 10.0})  # fmt: skip
+    assert summary["memory"] is None  # not run
+
+    copies = [{"write": "memory", "stall_seconds": s, "write_seconds": 0.2, "bytes": 8 * 2**20, "peer_seconds": 0.1}
+              for s in (0.05, 0.1, 0.15)] + figures  # fmt: skip
+    memory = RunResult("m", "checkpoint", "memory", 1, 2, 1.0, 0.5, 2.0, 32.0, [1], ["h"], "cpu-rss", [], 10.0, [],
+                       save_seconds=[0.2], checkpoint_bytes=100 * 2**20, checkpoint_saves=copies)  # fmt: skip
+    assert checkpoint_summary([memory])["memory"] == pytest.approx({"copies": 3, "stall_s": 0.1, "stall_steps": 0.05,
+                                                                    "write_s": 0.2, "node_copy_mib": 8.0,
+                                                                    "peer_s": 0.1, "steps_per_s": 0.5})  # fmt: skip
 
 
 def test_the_checkpoint_run_saves_every_third_of_the_steps_unless_skipped(tmp_path: Path):
@@ -356,14 +365,16 @@ def test_the_checkpoint_run_saves_every_third_of_the_steps_unless_skipped(tmp_pa
     from zerokit.bench.plan import plan_runs
 
     cfg = parse(["--output", str(tmp_path / "b"), "--ranks", "1,2", "--steps", "12"])
-    sync, background = [r for r in plan_runs(cfg, None) if r.group == "checkpoint"]
-    for run, write in ((sync, "sync"), (background, "background")):
+    sync, background, memory = [r for r in plan_runs(cfg, None) if r.group == "checkpoint"]
+    for run, write in ((sync, "sync"), (background, "background"), (memory, "memory")):
         assert run.world_size == 2 and run.variant == write  # the compared ranks, on one node
         at = run.argv.index("--save_strategy")
         assert run.argv[at : at + 6] == ("--save_strategy", "steps", "--save_steps", "4", "--save_total_limit", "1")
         assert run.argv.count("--save_strategy") == 1
-        at = run.argv.index("train")
-        assert run.argv[at : at + 3] == ("train", "--checkpoint-write", write)
+    at = sync.argv.index("train")
+    assert sync.argv[at : at + 3] == ("train", "--checkpoint-write", "sync")
+    assert background.argv[at : at + 3] == ("train", "--checkpoint-write", "background")
+    assert memory.argv[at : at + 5] == ("train", "--memory-checkpoints", "1", "--checkpoint-write", "background")
     skipped = parse(["--output", str(tmp_path / "c"), "--skip", "checkpoint"])
     assert not [r for r in plan_runs(skipped, None) if r.group == "checkpoint"]
 
