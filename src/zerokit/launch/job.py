@@ -123,10 +123,16 @@ def read_job(argv: Sequence[str], environ: Mapping[str, str]) -> Job:
         hf_deepspeed=first(flags, spelt.hf_deepspeed),
         micro_batch=first(flags, spelt.micro_batch),
         accumulation=first(flags, spelt.accumulation),
-        memory_checkpoints=bool(
-            first(flags, spelt.memory_checkpoints) or (kind == "train" and environ.get("ZEROKIT_MEMORY_CHECKPOINTS"))
+        memory_checkpoints=memory_copies(
+            first(flags, spelt.memory_checkpoints)
+            or (environ.get("ZEROKIT_MEMORY_CHECKPOINTS") if kind == "train" else None)
         ),
     )
+
+
+def memory_copies(every: str | None) -> bool:
+    """Whether train's --memory-checkpoints K (as given) takes copies: K of 1 or more (train refuses the rest)."""
+    return (every or "").strip().isdigit() and int(every or 0) > 0
 
 
 def first(words: Sequence[str], spellings: Sequence[str]) -> str | None:

@@ -75,11 +75,13 @@ class SaveLog:
             if step_seconds:
                 record["stall_steps"] = save.stall_seconds / step_seconds
             saves.append(record)
-        stalls = [s.stall_seconds for s in self.saves]
+        stalls = [s.stall_seconds for s in self.saves if s.write != "memory"]
+        copies = [s.stall_seconds for s in self.saves if s.write == "memory"]
         return {
             "write": self.write,
             "median_step_seconds": step_seconds,
-            "median_stall_seconds": statistics.median(stalls) if stalls else None,
+            "median_stall_seconds": statistics.median(stalls) if stalls else None,  # the disk's checkpoints
+            "median_memory_stall_seconds": statistics.median(copies) if copies else None,  # --memory-checkpoints
             "saves": saves,
         }
 
@@ -125,6 +127,11 @@ class BackgroundWriter:
     def pending(self) -> str | None:
         """The checkpoint being written ("checkpoint-N"), if any."""
         return self.job.name if self.job else None
+
+    @property
+    def pending_write(self) -> str | None:
+        """How the checkpoint being written is written ("background" or "memory"), if any."""
+        return self.job.figures.write if self.job else None
 
     def submit(self, job: Job) -> None:
         """Start writing job's files (the last save has been waited for)."""

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerokit.foundations.errors import RunFailure
 from zerokit.train.checkpoint_writer import SaveFigures
 from zerokit.train.memory_store import DEFAULT_ROOT, NodeStore, seal
 from zerokit.train.peer_ring import Nodes, Ring
@@ -84,3 +87,22 @@ class MemoryCheckpoints:
         """The run's end: this node's copies are dropped (they hold host memory), by its first rank."""
         if self.first:
             self.store.clear()
+
+
+class MemoryCopyFailed(RunFailure):
+    """A memory checkpoint could not be written or swapped: the run ends, its disk checkpoints intact."""
+
+
+@contextmanager
+def naming_a_failed_copy(store: Path, name: str) -> Iterator[None]:
+    """Turn what failed in a memory copy (a full tmpfs, a neighbour gone) into one line naming the store and the way
+    on. The run ends: the other ranks' next collective waits for this rank, so going on without copies on this one
+    alone would hold them (launch ends them once this rank has ended)."""
+    try:
+        yield
+    except Exception as error:
+        why = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise MemoryCopyFailed(
+            f"the memory copy of {name} in {store} failed ({why}): give the store more room (--memory-checkpoint-dir) "
+            "or leave --memory-checkpoints out; the disk's checkpoints are intact: --resume auto"
+        ) from error

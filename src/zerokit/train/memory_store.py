@@ -11,8 +11,12 @@ output folder and the node's host name:
 
 A copy is whole when its manifest (MANIFEST: the step, the node it holds, the job's node and rank counts, every
 file's size) is there and every file has its size: the manifest is written last, and a folder is renamed into
-place only then, so a copy cut off by a fault is never taken. Each side keeps its newest whole copy only: the
-store holds at most two copies of a node's share of the checkpoint, which `check_room` makes sure of up front.
+place only then, so a copy cut off by a fault is never taken. Each side keeps its two newest whole copies: a node
+that dies while step S's copies travel leaves some of them unsent, and the restart then needs every node's copy
+of the step before, S-K. Step S-K's are dropped once step S+K's copy is sealed: the ranks' agreement on S+K's
+files comes after every node's first rank has finished sending S's (one save at a time). So the store holds at
+most two generations of a node's own share and two of its peer's, and the one being written: `check_room` makes
+sure of that room up front.
 When a node is lost, the restart rebuilds the checkpoint from the copies the surviving nodes hold
 (zerokit.train.peer_recovery).
 """
@@ -108,11 +112,22 @@ def seal(written: Path, side: Path, step: int, node: int | None = None, nodes: i
     final = side / f"{PREFIX}-{step}"
     shutil.rmtree(final, ignore_errors=True)
     os.replace(written, final)
+    sealed = sorted(
+        (checkpoint_step(f), f)
+        for f in side.iterdir()
+        if CHECKPOINT_NAME.fullmatch(f.name) and checkpoint_step(f) < step
+    )
+    kept = {final, *(folder for _, folder in sealed[-1:])}  # and the copy before: see the module docstring
     for other in side.iterdir():
         found = CHECKPOINT_NAME.search(other.name)
-        if other != final and found and int(found.group(1)) <= step:  # a later copy's staging stays
+        if other not in kept and found and int(found.group(1)) <= step:  # a later copy's staging stays
             shutil.rmtree(other, ignore_errors=True)
     return final
+
+
+def checkpoint_step(folder: Path) -> int:
+    """The step of a `checkpoint-N` folder."""
+    return int(folder.name.rsplit("-", 1)[1])
 
 
 def read_copy(folder: Path) -> Copy | None:
@@ -137,8 +152,14 @@ def copy_bytes(parameters: int, trainable: int, node_ranks: int, world: int) -> 
     return (4 * parameters + 8 * trainable) * node_ranks // world + 8 * parameters
 
 
+def copies_need(share: int) -> int:
+    """What a store holds at most, for a node share of `share` bytes (copy_bytes): two generations of its own copy
+    and of its peer's, and a third of one being written or received."""
+    return 5 * share
+
+
 def check_room(root: Path, need: int) -> None:
-    """Refuse, before training, a store that cannot hold this node's copies: need bytes, own and peer's."""
+    """Refuse, before training, a store that cannot hold this node's copies (need bytes: see copies_need)."""
     from zerokit.cluster.node_memory import host_available
 
     existing = root
@@ -148,7 +169,7 @@ def check_room(root: Path, need: int) -> None:
     free = min(stat.f_bavail * stat.f_frsize, host_available())
     if free < need:
         raise UserError(
-            f"--memory-checkpoints: this node's copies (its own and its peer's) need {need / 2**30:.1f} GiB in "
-            f"{root}, and {free / 2**30:.1f} GiB is free there (host memory included): give a larger tmpfs with "
-            "--memory-checkpoint-dir, or leave --memory-checkpoints out"
+            f"--memory-checkpoints: this node's copies (two of its own, two of its peer's) need "
+            f"{need / 2**30:.1f} GiB in {root}, and {free / 2**30:.1f} GiB is free there (host memory included): "
+            "give a larger tmpfs with --memory-checkpoint-dir, or leave --memory-checkpoints out"
         )

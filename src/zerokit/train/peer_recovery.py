@@ -36,13 +36,15 @@ from typing import Any
 from zerokit.foundations.errors import RunFailure
 from zerokit.foundations.files import write_json
 from zerokit.foundations.restart_log import inherited_events
+from zerokit.image.provenance import RECORD_NAME
 from zerokit.outputs.checkpoints import PREFIX, STAGING_PREFIX, newest_complete_checkpoint, publish
-from zerokit.train.memory_store import NodeStore, read_copy
+from zerokit.train.memory_store import Copy, NodeStore, checkpoint_step, read_copy
 
 FOLDER = ".zerokit-recovery"
-OFFER_SECONDS = 60.0
-DECISION_SECONDS = 300.0
-RECORD_NAME = "zerokit-run.json"
+OFFER_SECONDS = 60.0  # for every node's offer; one that comes later is not counted on
+DECISION_SECONDS = 300.0  # for rank 0's choice, which comes at most OFFER_SECONDS after its start
+EXPORT_SECONDS = 600.0  # for the exporters' copies to the shared disk; later: the disk's checkpoint is resumed
+DONE_SECONDS = 1800.0  # for rank 0's check and publication (fsync of the whole checkpoint), as --ddp_timeout
 
 
 class RecoveryStalled(RunFailure):
@@ -51,8 +53,8 @@ class RecoveryStalled(RunFailure):
 
 def recover(store: NodeStore, output_dir: Path, environ: Mapping[str, str], resume_auto: bool) -> dict[str, Any] | None:
     """Rebuild the newest whole memory checkpoint into output_dir when this start is a launch restart that resumes
-    the newest checkpoint (see the module docstring); this node's store emptied either way. The record of what was
-    resumed (None: no restart)."""
+    the newest checkpoint (see the module docstring); this node's store emptied either way. The record of what is
+    resumed (None: no restart): its `checkpoint` is the rebuilt one's path when `source` is memory."""
     events = inherited_events(environ)
     first_on_node = str(environ.get("LOCAL_RANK", "0")) == "0"
     try:
@@ -64,7 +66,7 @@ def recover(store: NodeStore, output_dir: Path, environ: Mapping[str, str], resu
         token = hashlib.sha256(f"{events[0].get('at')}-{len(events)}".encode()).hexdigest()[:12]
         meeting = output_dir / FOLDER / token
         disk = newest_complete_checkpoint(output_dir)
-        disk_step = _step(disk) if disk else 0
+        disk_step = checkpoint_step(disk) if disk else 0
         host = socket.gethostname()
         if first_on_node:
             meeting.mkdir(parents=True, exist_ok=True)
@@ -73,22 +75,24 @@ def recover(store: NodeStore, output_dir: Path, environ: Mapping[str, str], resu
         if rank == 0:
             offers = _wait_for_files(meeting, "offer-", nodes, OFFER_SECONDS)
             write_json(meeting / "decision.json", choose(offers, disk_step))
-        decision = _wait_for(meeting / "decision.json", "rank 0's choice of the checkpoint")
+        decision = _wait_for(meeting / "decision.json", "rank 0's choice of the checkpoint", DECISION_SECONDS)
         step = decision["step"]
+        staging = output_dir / f"{STAGING_PREFIX}{PREFIX}-{step}"
         if step is not None and first_on_node and decision["exporters"].get(host):
-            _export(decision["exporters"][host], output_dir / f"{STAGING_PREFIX}{PREFIX}-{step}" / f"{PREFIX}-{step}")
-            write_json(meeting / f"exported-{host}.json", {"host": host})
+            write_json(
+                meeting / f"exported-{host}.json", _export(decision["exporters"][host], staging / f"{PREFIX}-{step}")
+            )
         if rank == 0:
-            if step is not None:
-                _wait_for_files(meeting, "exported-", len(decision["exporters"]), DECISION_SECONDS, strict=True)
-                _publish(output_dir, step)
-            write_json(meeting / "done.json", {"step": step})
-        _wait_for(meeting / "done.json", "rank 0's publishing of the rebuilt checkpoint")
+            write_json(meeting / "done.json", _finish(output_dir, meeting, decision, staging))
+        done = _wait_for(meeting / "done.json", "rank 0's publishing of the rebuilt checkpoint", DONE_SECONDS)
         return {
-            "source": "memory" if step is not None else "disk",
-            "checkpoint": f"{PREFIX}-{step}" if step is not None else (disk.name if disk else None),
+            "source": "memory" if done["checkpoint"] else "disk",
+            "checkpoint": done["checkpoint"] or (str(disk) if disk else None),
             "disk_checkpoint": disk.name if disk else None,
-            "copies_from": decision["exporters"] if step is not None else {},
+            "copies_from": {h: [c["folder"] for c in copies] for h, copies in decision["exporters"].items()}
+            if done["checkpoint"]
+            else {},
+            "not_rebuilt": done.get("why"),
         }
     finally:
         if first_on_node:
@@ -96,40 +100,89 @@ def recover(store: NodeStore, output_dir: Path, environ: Mapping[str, str], resu
 
 
 def choose(offers: list[dict], disk_step: int) -> dict[str, Any]:
-    """The newest step newer than disk_step of which the offers hold every node's copy, and for each node's copy
-    the host that exports it: {"step": N or None, "exporters": {host: [copy folders]}}."""
-    holders: dict[int, dict[int, tuple[str, str]]] = {}  # step -> node -> (host, folder)
-    counts: dict[int, int] = {}
+    """The newest step newer than disk_step of which the offers hold every node's copy, all of one job (the same node
+    and rank counts), and for each node's copy the host that exports it:
+    {"step": N or None, "exporters": {host: [{"folder", "files"}]}}."""
+    holders: dict[int, dict[int, tuple[str, dict]]] = {}  # step -> node -> (host, its copy)
+    shapes: dict[int, set[tuple[int, int]]] = {}  # step -> the (nodes, world) its copies say
     for offer in offers:
         for copy in offer["copies"]:
             if copy["step"] > disk_step:
-                holders.setdefault(copy["step"], {}).setdefault(copy["node"], (offer["host"], copy["folder"]))
-                counts[copy["step"]] = copy["nodes"]
+                holders.setdefault(copy["step"], {}).setdefault(copy["node"], (offer["host"], copy))
+                shapes.setdefault(copy["step"], set()).add((copy["nodes"], copy["world"]))
     for step in sorted(holders, reverse=True):
-        if len(holders[step]) == counts[step]:
-            exporters: dict[str, list[str]] = {}
-            for host, folder in holders[step].values():
-                exporters.setdefault(host, []).append(folder)
+        (count, _), *others = shapes[step]
+        if not others and len(holders[step]) == count:
+            exporters: dict[str, list[dict]] = {}
+            for host, copy in holders[step].values():
+                exporters.setdefault(host, []).append({"folder": copy["folder"], "files": copy["files"]})
             return {"step": step, "exporters": exporters}
     return {"step": None, "exporters": {}}
 
 
-def _offer(copy) -> dict[str, Any]:
-    return {"step": copy.step, "node": copy.node, "nodes": copy.nodes, "world": copy.world, "folder": str(copy.folder)}
+def _offer(copy: Copy) -> dict[str, Any]:
+    return {
+        "step": copy.step,
+        "node": copy.node,
+        "nodes": copy.nodes,
+        "world": copy.world,
+        "folder": str(copy.folder),
+        "files": copy.files(),
+    }
 
 
-def _export(folders: list[str], into: Path) -> None:
-    """Copy these whole copies' files (the manifest left out) into the rebuilt checkpoint's staging folder."""
-    for folder in map(Path, folders):
-        copy = read_copy(folder)
-        if copy is None:
-            raise RunFailure(
-                f"the memory copy {folder} changed while it was rebuilt: resume from the disk: --resume auto"
-            )
-        for name in copy.files():
-            target = into / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(folder / name, target)
+def _export(copies: list[dict], into: Path) -> dict[str, Any]:
+    """Copy these whole copies' files (the manifest left out) into the rebuilt checkpoint's staging folder; what
+    happened, for rank 0 ({"ok"}, and the error when not)."""
+    try:
+        for copy in copies:
+            folder = Path(copy["folder"])
+            if read_copy(folder) is None:
+                raise OSError(f"the memory copy {folder} is no longer whole")
+            for name in copy["files"]:
+                target = into / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(folder / name, target)
+    except OSError as error:
+        return {"ok": False, "error": str(error)}
+    return {"ok": True}
+
+
+def _finish(output_dir: Path, meeting: Path, decision: dict, staging: Path) -> dict[str, Any]:
+    """Rank 0: once every exporter has written its copies, the rebuilt checkpoint checked (every file at the size
+    its copy's manifest says) and published; where any of that fails, the staging folder is removed and the disk's
+    checkpoint is resumed instead. done.json's content: {"checkpoint": its path or None, "why"}."""
+    step = decision["step"]
+    if step is None:
+        return {"checkpoint": None, "why": "no step newer than the disk's has every node's copy"}
+    exported = _wait_for_files(meeting, "exported-", len(decision["exporters"]), EXPORT_SECONDS)
+    written = staging / f"{PREFIX}-{step}"
+    expected = {
+        name: size
+        for copies in decision["exporters"].values()
+        for copy in copies
+        for name, size in copy["files"].items()
+    }
+    short = [name for name, size in expected.items() if not _has_size(written / name, size)]
+    why = None
+    if failed := [e["error"] for e in exported if not e.get("ok")]:
+        why = "; ".join(failed)
+    elif len(exported) < len(decision["exporters"]):
+        why = f"{len(decision['exporters']) - len(exported)} node(s) did not export in {EXPORT_SECONDS:.0f} s"
+    elif short:
+        why = f"{len(short)} file(s) missing or cut short, {short[0]} first"
+    if why is not None:
+        shutil.rmtree(staging, ignore_errors=True)
+        return {"checkpoint": None, "why": f"the copies of step {step} could not be rebuilt: {why}"}
+    _publish(output_dir, step)
+    return {"checkpoint": str(output_dir / f"{PREFIX}-{step}"), "why": None}
+
+
+def _has_size(path: Path, size: int) -> bool:
+    try:
+        return path.stat().st_size == size
+    except OSError:
+        return False
 
 
 def _publish(output_dir: Path, step: int) -> None:
@@ -151,23 +204,17 @@ def forget_meetings(output_dir: Path) -> None:
     shutil.rmtree(output_dir / FOLDER, ignore_errors=True)
 
 
-def _wait_for_files(folder: Path, prefix: str, count: int, seconds: float, strict: bool = False) -> list[dict]:
-    """The JSON files of folder named prefix*, once count of them are there or after seconds (strict: an error)."""
+def _wait_for_files(folder: Path, prefix: str, count: int, seconds: float) -> list[dict]:
+    """The JSON files of folder named prefix*, once count of them are there or after seconds."""
     deadline = time.monotonic() + seconds
     while True:
         found = sorted(folder.glob(f"{prefix}*.json"))
         if len(found) >= count or time.monotonic() > deadline:
-            break
+            return [json.loads(path.read_text()) for path in found]
         time.sleep(0.1)
-    if strict and len(found) < count:
-        raise RecoveryStalled(
-            f"the rebuild of the memory checkpoint waited {seconds:.0f} s for {count - len(found)} node(s) to export "
-            "their copies: resume from the disk's checkpoint: --resume auto"
-        )
-    return [json.loads(path.read_text()) for path in found]
 
 
-def _wait_for(path: Path, what: str, seconds: float = DECISION_SECONDS) -> dict:
+def _wait_for(path: Path, what: str, seconds: float) -> dict:
     """The JSON file at path, once it is there; RecoveryStalled after seconds."""
     deadline = time.monotonic() + seconds
     while not path.is_file():
@@ -177,10 +224,6 @@ def _wait_for(path: Path, what: str, seconds: float = DECISION_SECONDS) -> dict:
             )
         time.sleep(0.1)
     return json.loads(path.read_text())
-
-
-def _step(checkpoint: Path) -> int:
-    return int(checkpoint.name.rsplit("-", 1)[1])
 
 
 def store_of(root: Path, output_dir: Path) -> NodeStore:

@@ -1,7 +1,8 @@
 """The ring of a job's nodes that memory checkpoints travel on (zerokit.train.memory_store): after each copy, the
 first rank of node i sends its node's copy to the first rank of node i+1 (the last to the first), and receives
 node i-1's, on a gloo group of their own, never the training's (whose collectives the training thread runs
-meanwhile). A copy is sent file by file, so what is in flight is one file per direction, not the node's share.
+meanwhile). A copy is sent in pieces of CHUNK bytes, so what is in flight is one piece each way, not a file (a
+ZeRO-1/2 model states file holds the whole model) nor the node's share.
 
 The peer writes what it receives into a staging folder and seals it (memory_store.seal) only once every file is
 there at its size: a node that dies mid-send leaves its peer's last whole copy in place.
@@ -18,6 +19,7 @@ from typing import Any
 from zerokit.train.memory_store import MANIFEST
 
 SECONDS = 600  # a send or receive that waits longer fails (a node died: launch restarts the job before that)
+CHUNK = 64 * 2**20  # bytes sent at once: what a swap holds in memory beside the copies, each way
 
 
 @dataclass(frozen=True)
@@ -68,28 +70,42 @@ class Ring:
 
     def exchange(self, copy: Path, into: Path) -> int:
         """Send the whole copy in folder `copy` to the next node; write the previous node's into `into` (a staging
-        folder, sealed by the caller). The bytes received."""
+        folder, sealed by the caller). In CHUNK pieces, one in flight each way. The bytes received."""
+        import torch
         import torch.distributed as dist
 
-        mine = [(str(path.relative_to(copy)), path) for path in sorted(copy.rglob("*")) if path.is_file()]
-        header = json.dumps([[name, path.stat().st_size] for name, path in mine]).encode()
-        theirs = json.loads(self._swap(header).decode())
-        received = 0
-        for i in range(max(len(mine), len(theirs))):
-            sending = _bytes_tensor(mine[i][1].read_bytes()) if i < len(mine) else None
-            work = dist.isend(sending, self.after, group=self.group) if sending is not None and len(sending) else None
-            if i < len(theirs):
-                name, size = theirs[i]
-                target = into / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                data = _received(size, self.before, self.group)
-                target.write_bytes(data)
-                received += size
+        mine = [(path, path.stat().st_size) for path in sorted(copy.rglob("*")) if path.is_file()]
+        header = json.dumps([[str(path.relative_to(copy)), size] for path, size in mine]).encode()
+        theirs = [(str(name), int(size)) for name, size in json.loads(self._swap(header).decode())]
+        sends = [(path, start, min(CHUNK, size - start)) for path, size in mine for start in range(0, size, CHUNK)]
+        receives = [
+            (into / name, start, min(CHUNK, size - start)) for name, size in theirs for start in range(0, size, CHUNK)
+        ]
+        for name, _ in theirs:  # every file there, an empty one too; the chunks are written at their place
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            (into / name).write_bytes(b"")
+        buffer = torch.empty(min(CHUNK, max((length for *_, length in receives), default=0)), dtype=torch.uint8)
+        for i in range(max(len(sends), len(receives))):
+            work = None
+            if i < len(sends):
+                path, start, length = sends[i]
+                chunk = bytearray(length)
+                with path.open("rb") as handle:
+                    handle.seek(start)
+                    handle.readinto(chunk)
+                work = dist.isend(torch.frombuffer(chunk, dtype=torch.uint8), self.after, group=self.group)
+            if i < len(receives):
+                target, start, length = receives[i]
+                piece = buffer[:length]
+                dist.recv(piece, self.before, group=self.group)
+                with target.open("r+b") as handle:
+                    handle.seek(start)
+                    handle.write(piece.numpy())
             if work is not None:
                 work.wait()
         if not (into / MANIFEST).is_file():
             raise OSError(f"the copy from node {self.before} came without its manifest")
-        return received
+        return sum(size for _, size in theirs)
 
     def _swap(self, data: bytes) -> bytes:
         """Send data to the next node and receive the previous node's (their lengths first)."""

@@ -66,7 +66,8 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
         store = store_of(memory.root, options.output_dir)
         recovery = recover(store, options.output_dir, os.environ, resume_auto=options.resume == "auto")
         mark("memory_recovery")
-    resume = resolve_resume(options.resume, options.output_dir, notes)
+    rebuilt = recovery is not None and recovery["source"] == "memory"  # every rank resumes the one rank 0 published
+    resume = resolve_resume(recovery["checkpoint"] if rebuilt else options.resume, options.output_dir, notes)
     if resume:
         check_pipeline_resume(resume, layout.as_record() if pipelined else None)
     convert = needs_conversion(resume, layout.world, layout.tp) if resume and not pipelined else None
@@ -92,11 +93,12 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     check_limits(options, tokenizer, config, prepared)  # every rank alike, before anything is written or loaded
     check_model(options.tp_size, config)
     numbers = check_memory(options, args, config, layout.world, on_gpu)  # before the model is built
-    if memory is not None and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        from zerokit.train.memory_store import check_room, copy_bytes
+    if memory is not None:  # every rank alike, as check_memory
+        from zerokit.train.memory_store import check_room, copies_need, copy_bytes
 
         node_ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or layout.world)
-        check_room(memory.root, 2 * copy_bytes(numbers.parameters, numbers.trainable, node_ranks, layout.world))
+        share = copy_bytes(numbers.parameters, numbers.trainable, node_ranks, layout.world)
+        check_room(memory.root, copies_need(share))
     start = _start_message(options, resume, resharded is not None, config, numbers.parameters)
     record = claim_output_dir(options, resume, args.process_index, disk_need(numbers, args.save_strategy != "no"))
     if args.full_determinism:

@@ -11,6 +11,8 @@
 - `--checkpoint-write background`: the save copies the large files' state to host memory and returns; a writer
   thread writes them and publishes the folder once every rank's files are on disk
   (zerokit.train.checkpoint_writer). A save waits for the one before it; the end of training waits for the last.
+- `--memory-checkpoints K`: at every K-th step end that saves nothing to disk, the same background save into the
+  node's memory, swapped with the neighbour nodes (zerokit.train.memory_checkpoints).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from zerokit.outputs.checkpoints import PREFIX, STAGING_PREFIX, newest_complete_
 from zerokit.outputs.ownership import existing_parent
 from zerokit.train.callbacks.finite_loss import FiniteLossGuard
 from zerokit.train.checkpoint_writer import BackgroundWriter, Job, SaveFigures, SaveLog
-from zerokit.train.memory_checkpoints import MemoryCheckpoints, MemoryPlan
+from zerokit.train.memory_checkpoints import MemoryCheckpoints, MemoryPlan, naming_a_failed_copy
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # What torch's and DeepSpeed's writers say when a write fails (the errno is lost on the way).
@@ -59,15 +61,13 @@ class ZerokitTrainer(Trainer):
         self.saves = saves if saves is not None else SaveLog()
         self.writer: BackgroundWriter | None = None
         self.memory: MemoryCheckpoints | None = None
-        self._saved_step = -1  # the last disk checkpoint's step
+        self._saved_step = -1  # the step of the last save, to disk or to memory
         if self.saves.write == "background":
             from zerokit.train.host_snapshot import HostSnapshot
 
             self.writer = BackgroundWriter()  # every rank, here: it makes the writers' process group
             self.snapshot = HostSnapshot()
             if memory is not None:
-                from zerokit.train.memory_checkpoints import MemoryCheckpoints
-
                 self.memory = MemoryCheckpoints(memory)  # every rank, here: it makes the ring's group
 
     def training_step(self, *args, **kwargs):
@@ -169,6 +169,9 @@ class ZerokitTrainer(Trainer):
         """Wait for the checkpoint being written in the background (none: 0); a failed write raised, named."""
         if self.writer is None or (pending := self.writer.pending) is None:
             return 0.0
+        if self.writer.pending_write == "memory" and self.memory is not None:
+            with naming_a_failed_copy(self.memory.store.folder, pending):
+                return self.writer.wait()
         with naming_a_full_disk(Path(self.args.output_dir), pending):
             return self.writer.wait()
 
