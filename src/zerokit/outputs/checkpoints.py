@@ -32,6 +32,12 @@ TORCH_ZIP_SUFFIXES = (".pt", ".pth", ".bin")
 PIPELINE_NAME = "zerokit-pipeline.json"  # in a `--pp-size` checkpoint: {"pp_size": P, "dp_size": D}
 
 
+def checkpoint_step(path: Path) -> int | None:
+    """The step of a `checkpoint-N` folder; None for any other name."""
+    match = CHECKPOINT_NAME.fullmatch(path.name)
+    return int(match.group(1)) if match else None
+
+
 def complete_checkpoints(output_dir: Path) -> list[Path]:
     """This run's `checkpoint-N` folders that have their trainer state, newest first.
 

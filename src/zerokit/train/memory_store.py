@@ -33,7 +33,7 @@ from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.files import write_json
-from zerokit.outputs.checkpoints import CHECKPOINT_NAME, PREFIX, STAGING_PREFIX
+from zerokit.outputs.checkpoints import CHECKPOINT_NAME, PREFIX, STAGING_PREFIX, checkpoint_step
 
 DEFAULT_ROOT = Path("/dev/shm/zerokit-memory-checkpoints")
 MANIFEST = "zerokit-memory.json"
@@ -112,22 +112,14 @@ def seal(written: Path, side: Path, step: int, node: int | None = None, nodes: i
     final = side / f"{PREFIX}-{step}"
     shutil.rmtree(final, ignore_errors=True)
     os.replace(written, final)
-    sealed = sorted(
-        (checkpoint_step(f), f)
-        for f in side.iterdir()
-        if CHECKPOINT_NAME.fullmatch(f.name) and checkpoint_step(f) < step
-    )
+    older = ((checkpoint_step(f), f) for f in side.iterdir())
+    sealed = sorted((number, f) for number, f in older if number is not None and number < step)
     kept = {final, *(folder for _, folder in sealed[-1:])}  # and the copy before: see the module docstring
     for other in side.iterdir():
         found = CHECKPOINT_NAME.search(other.name)
         if other not in kept and found and int(found.group(1)) <= step:  # a later copy's staging stays
             shutil.rmtree(other, ignore_errors=True)
     return final
-
-
-def checkpoint_step(folder: Path) -> int:
-    """The step of a `checkpoint-N` folder."""
-    return int(folder.name.rsplit("-", 1)[1])
 
 
 def read_copy(folder: Path) -> Copy | None:

@@ -37,8 +37,8 @@ from zerokit.foundations.errors import RunFailure
 from zerokit.foundations.files import write_json
 from zerokit.foundations.restart_log import inherited_events
 from zerokit.image.provenance import RECORD_NAME
-from zerokit.outputs.checkpoints import PREFIX, STAGING_PREFIX, newest_complete_checkpoint, publish
-from zerokit.train.memory_store import Copy, NodeStore, checkpoint_step, read_copy
+from zerokit.outputs.checkpoints import PREFIX, STAGING_PREFIX, checkpoint_step, newest_complete_checkpoint, publish
+from zerokit.train.memory_store import Copy, NodeStore, read_copy
 
 FOLDER = ".zerokit-recovery"
 OFFER_SECONDS = 60.0  # for every node's offer; one that comes later is not counted on
@@ -66,7 +66,7 @@ def recover(store: NodeStore, output_dir: Path, environ: Mapping[str, str], resu
         token = hashlib.sha256(f"{events[0].get('at')}-{len(events)}".encode()).hexdigest()[:12]
         meeting = output_dir / FOLDER / token
         disk = newest_complete_checkpoint(output_dir)
-        disk_step = checkpoint_step(disk) if disk else 0
+        disk_step = (checkpoint_step(disk) or 0) if disk else 0
         host = socket.gethostname()
         if first_on_node:
             meeting.mkdir(parents=True, exist_ok=True)

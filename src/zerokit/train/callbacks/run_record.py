@@ -53,7 +53,7 @@ from zerokit.image.provenance import (
     start_environment,
 )
 from zerokit.outputs import ownership
-from zerokit.outputs.checkpoints import PREFIX, SIZES_NAME, STAGING_PREFIX
+from zerokit.outputs.checkpoints import PREFIX, SIZES_NAME, STAGING_PREFIX, checkpoint_step
 from zerokit.train.callbacks.fault_cost import ProgressNote, read_progress, with_first_step, with_lost_steps
 from zerokit.train.checkpoint_writer import SaveLog
 from zerokit.train.global_batch import GlobalBatch
@@ -80,7 +80,7 @@ def resume_chain(checkpoint: Path | None) -> list[dict]:
     if checkpoint is None:
         return []
     parent = read_record(checkpoint)
-    link = {"checkpoint": str(checkpoint.resolve()), "step": _step(checkpoint)}
+    link = {"checkpoint": str(checkpoint.resolve()), "step": checkpoint_step(checkpoint)}
     if parent is None:
         return [{**link, "record": None}]  # written by an older zerokit, or by the Trainer alone
     link.update(run_started_at=parent.get("started_at"), commit=(parent.get("zerokit") or {}).get("commit"))
@@ -92,11 +92,6 @@ def earlier_runs(last: dict) -> list[dict]:
     if not last:
         return []
     return [{name: last.get(name) for name in EARLIER_FIELDS}, *last.get("earlier_runs", [])]
-
-
-def _step(checkpoint: Path) -> int | None:
-    number = checkpoint.name.removeprefix(f"{PREFIX}-")
-    return int(number) if number.isdigit() else None
 
 
 def given_config(deepspeed_arg: str | None) -> dict | None:
@@ -179,7 +174,10 @@ class RunRecorder(TrainerCallback):
             last = read_record(self.output_dir) or {}  # the last run's, kept until this one has started
             before = last.get("restarts") or []  # the stopped run's
             restarts = with_lost_steps(
-                inherited_events(self.environ), before, read_progress(self.output_dir), resume and _step(resume)
+                inherited_events(self.environ),
+                before,
+                read_progress(self.output_dir),
+                resume and checkpoint_step(resume),
             )
             self.record = {
                 "format": FORMAT,
