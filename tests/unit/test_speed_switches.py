@@ -97,4 +97,9 @@ def test_the_switches_reach_the_trainer_and_deepspeed(tmp_path):
     from zerokit.train.run import training_arguments
 
     options, flags = parse(["--compile", "torch", "--config", "none", "--output-dir", str(tmp_path / "o")], environ={})
-    assert training_arguments(options, flags, None, False, []).torch_compile
+    notes: list[str] = []
+    assert training_arguments(options, flags, None, False, notes).torch_compile
+    assert any("--dataloader_drop_last" in note for note in notes)  # a short batch's recompile, said
+    notes.clear()
+    assert training_arguments(options, [*flags, "--dataloader_drop_last", "true"], None, False, notes).torch_compile
+    assert notes == []

@@ -73,3 +73,22 @@ def test_a_fresh_config_made_smaller_than_its_tokenizer(tokenizer):
         f"the tokenizer has {len(tokenizer)} tokens, more than the 100 the model embeds (vocab_size): "
         "drop vocab_size from --config-overrides"
     )
+
+
+def test_drop_last_with_a_split_smaller_than_one_batch_is_refused_before_training():
+    """HF's --dataloader_drop_last drops each split's short last batch: a validation split of fewer blocks than one
+    batch over the data-parallel ranks would have none, and the final evaluation ended the run with a KeyError."""
+    from types import SimpleNamespace
+
+    from zerokit.train.blocks import check_full_batches
+
+    blocks = {"train": list(range(64)), "validation": list(range(10))}
+    args = SimpleNamespace(dataloader_drop_last=True, per_device_train_batch_size=8, per_device_eval_batch_size=8)
+    check_full_batches(blocks, args, data_parallel=1)  # 10 blocks: one batch of 8
+    with pytest.raises(UserError) as refused:
+        check_full_batches(blocks, args, data_parallel=2)
+    assert str(refused.value) == (
+        "--dataloader_drop_last drops every batch short of 8 blocks on each of 2 ranks, and the validation split has "
+        "10: it would have none: lower --per_device_eval_batch_size or drop --dataloader_drop_last"
+    )
+    check_full_batches(blocks, SimpleNamespace(**{**vars(args), "dataloader_drop_last": False}), data_parallel=2)

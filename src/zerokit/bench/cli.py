@@ -293,7 +293,7 @@ def main(argv: list[str]) -> int:
         for run in bar:
             bar.set_postfix_str(run.name)
             results.append(execute(run, cfg.warmup_steps, cfg.hosts))
-    write_all(cfg, results, prepare_seconds)
+            write_all(cfg, results, prepare_seconds)  # after every run: a machine taken back midway leaves a report
     ownership.finish(cfg.output, record)
     for name in ("report.md", "scaling.png", "results.json"):
         print(f"bench: wrote {cfg.output / name}")

@@ -99,8 +99,11 @@ def common_training_flags(cfg: BenchConfig) -> list[str]:
         "--report_to", "none",
         # On CPU ranks every script counts the tokens of each step's batches (StepClock): a short last batch is not
         # a full one. On a GPU the count (a gather and a device sync every batch) would slow what is timed: a step
-        # is counted full there (the presets' corpus gives every step full batches).
+        # is counted full there. With a preset every step is one: an epoch's short last batch is dropped (a compiled
+        # model would recompile for it: one 38.5 s step on the H200). HF drops the evaluation's too: the presets'
+        # held-out blocks are many batches, a small validation split could be none.
         "--include_num_input_tokens_seen", "false" if cfg.on_gpu else "true",
+        "--dataloader_drop_last", "true" if cfg.on_gpu and cfg.preset else "false",
         *cfg.train_args,
     ]  # fmt: skip
 
@@ -177,16 +180,29 @@ def speed_switches(
         switches.append(("compile", ("--compile", "torch")))
         if installed("flash_attn"):
             switches.append(("flash-attention", ("--attn-implementation", "flash_attention_2")))
+        if zero_stage != 3:  # train's chooser runs the whole model on each rank
+            switches.append(("micro-batch", MICRO_BATCH_AUTO))
     return tuple(switches)
+
+
+# The largest micro-batch that fits, train's chooser: a run with it leaves out bench's --batch-size.
+MICRO_BATCH_AUTO = ("--micro-batch", "auto")
+
+
+def without_batch_size(argv: tuple[str, ...]) -> tuple[str, ...]:
+    at = argv.index("--per_device_train_batch_size")
+    return argv[:at] + argv[at + 2 :]
 
 
 def speed_runs(cfg: BenchConfig, ranks: int) -> list[Run]:
     """Each switch alone, then all of them: the eager row is the scaling run of the same ranks."""
     rows = [*cfg.speed, ("all", tuple(word for _, flags in cfg.speed for word in flags))] if cfg.speed else []
-    return [
-        zerokit_run(cfg, f"speed-{name}", "speed", 1, ranks, variant=name, extra_train=flags, keep_data=True)
-        for name, flags in rows
-    ]
+    return [speed_run(cfg, name, flags, ranks) for name, flags in rows]
+
+
+def speed_run(cfg: BenchConfig, name: str, flags: tuple[str, ...], ranks: int) -> Run:
+    run = zerokit_run(cfg, f"speed-{name}", "speed", 1, ranks, variant=name, extra_train=flags, keep_data=True)
+    return replace(run, argv=without_batch_size(run.argv)) if MICRO_BATCH_AUTO[0] in flags else run
 
 
 def checkpoint_run(cfg: BenchConfig, ranks: int, write: str) -> Run:

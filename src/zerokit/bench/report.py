@@ -256,6 +256,7 @@ def speed_rows(results: list[RunResult], peak: float | None = None) -> list[dict
             "switch": label,
             "ranks": r.world_size,
             "tokens_per_s": r.tokens_per_second,
+            "samples_per_step": r.samples_per_second / r.steps_per_second / r.world_size if r.steps_per_second else 0,
             "over_eager": r.tokens_per_second / eager.tokens_per_second,
             "mfu": run_mfu(r, r.tokens_per_second, peak),
             "peak_memory_mib": max(r.peak_memory_bytes) / MIB,
@@ -495,8 +496,9 @@ def speed_section(rows: list[dict], switches: tuple[tuple[str, tuple[str, ...]],
         f"{rows[0]['ranks']} rank(s), one run each; steps: p50/p90/max of the timed steps; loss: the last eval loss "
         "(a switch may move it by rounding only).",
         "",
-        "| switch | train flags | tokens/s | / eager | MFU | peak memory (MiB) | step p50 / p90 / max (ms) | loss |",
-        "|---|---|---:|---:|---:|---:|---|---:|",
+        "| switch | train flags | samples/step/rank | tokens/s | / eager | MFU | peak memory (MiB) "
+        "| step p50 / p90 / max (ms) | loss |",
+        "|---|---|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in rows:
         steps = (
@@ -505,9 +507,11 @@ def speed_section(rows: list[dict], switches: tuple[tuple[str, tuple[str, ...]],
             else "-"
         )
         loss = f"{r['last_loss']:.4f}" if r["last_loss"] is not None else "-"
+        batch = f"{r['samples_per_step']:.0f}" if r["samples_per_step"] else "-"
         lines.append(
-            f"| {r['switch']} | `{flags.get(r['switch'], '')}` | {r['tokens_per_s']:.0f} | {r['over_eager']:.2f} "
-            f"| {percent(r['mfu']) if r['mfu'] is not None else '-'} | {r['peak_memory_mib']:.0f} | {steps} | {loss} |"
+            f"| {r['switch']} | `{flags.get(r['switch'], '')}` | {batch} | {r['tokens_per_s']:.0f} "
+            f"| {r['over_eager']:.2f} | {percent(r['mfu']) if r['mfu'] is not None else '-'} "
+            f"| {r['peak_memory_mib']:.0f} | {steps} | {loss} |"
         )
     return lines
 

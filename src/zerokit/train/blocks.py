@@ -33,6 +33,22 @@ def load_datasets(options: TrainFlags, tokenizer, model, args, prepared: dict | 
     return blocks
 
 
+def check_full_batches(blocks, args, data_parallel: int) -> None:
+    """With --dataloader_drop_last, HF drops each split's short last batch: a split smaller than one batch over the
+    data-parallel ranks would have no batch at all (its evaluation ended the run with a KeyError, after training)."""
+    if not args.dataloader_drop_last:
+        return
+    batches = {"train": "--per_device_train_batch_size", "validation": "--per_device_eval_batch_size"}
+    for split, flag in batches.items():
+        per_rank = getattr(args, flag[2:])
+        if split in blocks and hasattr(blocks[split], "__len__") and len(blocks[split]) < per_rank * data_parallel:
+            raise UserError(
+                f"--dataloader_drop_last drops every batch short of {per_rank} blocks on each of {data_parallel} "
+                f"ranks, and the {split} split has {len(blocks[split])}: it would have none: lower {flag} or drop "
+                "--dataloader_drop_last"
+            )
+
+
 def load_prepared(options: TrainFlags, tokenizer, model, rank: int, info: dict):
     import datasets
 

@@ -252,6 +252,9 @@ def test_the_baselines_are_the_plain_script_with_and_without_deepspeed_and_the_r
     assert [w for w in words(plain) if w not in ("--deepspeed", "configs/zero3.json")] == words(bare)
     for run in (plain, bare, raw, by_name["overhead-zerokit-1"]):  # every script counts its steps' tokens on CPU
         assert run.argv[run.argv.index("--include_num_input_tokens_seen") + 1] == "true"
+    for run in plan_runs(config(tmp_path, on_gpu=True, preset="tiny"), PLAIN):  # on a GPU: no count's sync, full steps
+        flags = dict(zip(run.argv, run.argv[1:], strict=False))
+        assert (flags["--include_num_input_tokens_seen"], flags["--dataloader_drop_last"]) == ("false", "true")
     skipped = plan_runs(config(tmp_path, skip=frozenset({"raw", "no-deepspeed"})), PLAIN)
     assert {r.variant for r in skipped if r.group == "overhead"} == {"zerokit", "plain", "zerokit-no-preemption"}
 
@@ -381,14 +384,18 @@ def test_the_checkpoint_run_saves_every_third_of_the_steps_unless_skipped(tmp_pa
 
 def test_the_speed_table_takes_the_switches_that_can_run_here(tmp_path: Path):
     """On CPU ranks the chunked cross-entropy; on a GPU Liger's where installed, compile and FlashAttention where
-    its package is; no fused cross-entropy under ZeRO-3. Each alone, then all together."""
+    its package is, the micro-batch train chooses (not under ZeRO-3); no fused cross-entropy under ZeRO-3. Each
+    alone, then all together; a run with --micro-batch auto leaves bench's batch size out (train refuses both)."""
     from zerokit.bench.plan import speed_runs, speed_switches
 
     assert speed_switches(False, lambda name: True, 2) == (("cross-entropy", ("--cross-entropy", "chunked")),)
     gpu = speed_switches(True, lambda name: True, 2)
-    assert [name for name, _ in gpu] == ["cross-entropy", "compile", "flash-attention"]
+    assert [name for name, _ in gpu] == ["cross-entropy", "compile", "flash-attention", "micro-batch"]
     assert gpu[0][1] == ("--cross-entropy", "liger")
     assert [name for name, _ in speed_switches(True, lambda name: False, 3)] == ["compile"]
     runs = speed_runs(config(tmp_path, speed=gpu, ranks=(1,)), 1)
-    assert [run.variant for run in runs] == ["cross-entropy", "compile", "flash-attention", "all"]
-    assert {"--cross-entropy", "--compile", "--attn-implementation"} <= set(runs[-1].argv)
+    assert [run.variant for run in runs] == ["cross-entropy", "compile", "flash-attention", "micro-batch", "all"]
+    assert {"--cross-entropy", "--compile", "--attn-implementation", "--micro-batch"} <= set(runs[-1].argv)
+    batch_given = {run.variant: "--per_device_train_batch_size" in run.argv for run in runs}
+    assert batch_given == {"cross-entropy": True, "compile": True, "flash-attention": True, "micro-batch": False,
+                           "all": False}  # fmt: skip
