@@ -142,7 +142,7 @@ def test_the_gpu_proof_runs_its_steps_on_cpu_ranks_and_writes_one_report(site: S
     proof = [sys.executable, "tests/gpu/proof", "--device", "cpu", "--python", str(site.python)]
     steps = "facts,venv,gpu,ops,doctor,bench,tests,jit"
     result = subprocess.run(
-        [*proof, "--venv", str(site.venv), "--output", str(out), "--only", steps],
+        [*proof, "--venv", str(site.venv), "--output", str(out), "--only", steps, "--bench-skip", "checkpoint"],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -154,6 +154,7 @@ def test_the_gpu_proof_runs_its_steps_on_cpu_ranks_and_writes_one_report(site: S
     assert report["steps"]["tests"]["counts"]["skipped"] > 0  # no GPU here: every gpu test skips, named
     assert report["bench"]["settings"]["preset"] == "tiny"  # the GPU job's every path, at a CPU size
     assert report["bench"]["configs"] == []  # as on the GPU: no configs rows (tests/e2e/test_bench.py has them)
+    assert report["bench"]["checkpoint"] is None  # --bench-skip: the group test_bench.py runs on CPU ranks
     speed = {row["switch"]: row for row in report["bench"]["speed"]}  # the speed table: CPU ranks' switches
     assert list(speed) == ["eager", "cross-entropy", "all"] and speed["cross-entropy"]["tokens_per_s"] > 0
     eager_loss = speed["eager"]["last_loss"]  # the chunked cross-entropy trains the same curve, to rounding
