@@ -84,11 +84,14 @@ def test_drop_last_with_a_split_smaller_than_one_batch_is_refused_before_trainin
 
     blocks = {"train": list(range(64)), "validation": list(range(10))}
     args = SimpleNamespace(dataloader_drop_last=True, per_device_train_batch_size=8, per_device_eval_batch_size=8)
-    check_full_batches(blocks, args, data_parallel=1)  # 10 blocks: one batch of 8
+    check_full_batches(blocks, args, data_parallel=1, micro_batch_chosen=False)  # 10 blocks: one batch of 8
     with pytest.raises(UserError) as refused:
-        check_full_batches(blocks, args, data_parallel=2)
+        check_full_batches(blocks, args, data_parallel=2, micro_batch_chosen=False)
+    assert refused.value.every_rank  # every rank finds it alike: rank 0 says it
     assert str(refused.value) == (
         "--dataloader_drop_last drops every batch short of 8 blocks on each of 2 ranks, and the validation split has "
         "10: it would have none: lower --per_device_eval_batch_size or drop --dataloader_drop_last"
     )
-    check_full_batches(blocks, SimpleNamespace(**{**vars(args), "dataloader_drop_last": False}), data_parallel=2)
+    check_full_batches(blocks, SimpleNamespace(**{**vars(args), "dataloader_drop_last": False}), 2, False)
+    few = {"train": list(range(6)), "validation": list(range(64))}  # --micro-batch auto picks at most 6
+    check_full_batches(few, args, data_parallel=1, micro_batch_chosen=True)

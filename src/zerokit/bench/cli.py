@@ -169,7 +169,10 @@ def parse(argv: list[str]) -> BenchConfig:
         launcher=args.launcher,
         skip=frozenset(args.skip),
         speed=speed_switches(
-            on_gpu, lambda name: importlib.util.find_spec(name) is not None, zero_stage(read_ds_config(config))
+            on_gpu,
+            lambda name: importlib.util.find_spec(name) is not None,
+            zero_stage(read_ds_config(config)),
+            micro_batch=train_takes_micro_batch_auto(config, train_args),
         )
         if args.preset
         else (),
@@ -266,6 +269,20 @@ def data_inputs(cfg: BenchConfig, plain: PlainInputs | None) -> tuple[DataInputs
         if done.returncode != 0:
             raise UserError(f"bench: prepare tokenize of {corpus} failed: {done.stderr.strip()[-500:]}")
     return DataInputs(raw, prepared, plain.block_size), seconds
+
+
+def train_takes_micro_batch_auto(config: Path, train_args: list[str]) -> bool:
+    """Whether train would take --micro-batch auto with this config and the user's train flags: the speed table's
+    micro-batch row leaves bench's --batch-size out, not theirs (a batch size or HF's --auto_find_batch_size of their
+    own, ZeRO-3, a config that fixes the micro-batch are refused beside it: zerokit.train.micro_batch)."""
+    from zerokit.train.micro_batch import check_options
+    from zerokit.train.options import MICRO_BATCH_AUTO, TrainFlags
+
+    try:
+        check_options(TrainFlags(config=str(config), micro_batch=MICRO_BATCH_AUTO), train_args)
+    except UserError:
+        return False
+    return True
 
 
 def main(argv: list[str]) -> int:

@@ -165,13 +165,14 @@ def zerokit_run(
 
 
 def speed_switches(
-    on_gpu: bool, installed: Callable[[str], bool], zero_stage: int
+    on_gpu: bool, installed: Callable[[str], bool], zero_stage: int, micro_batch: bool = True
 ) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """train's speed switches that can run here, each as (row name, train flags): the cross-entropy without the
     whole vocabulary's logits (Liger's kernel where installed on a GPU, else the torch one; not under ZeRO-3,
     which partitions the head), torch.compile and FlashAttention on a GPU (compile on CPU ranks spends most of a
-    short run compiling), FlashAttention only where its package is. The pretraining presets' dropout 0 is in
-    their model (zerokit.bench.presets), not a row."""
+    short run compiling), FlashAttention only where its package is, and on a GPU the micro-batch train chooses
+    where train would take it beside the run's config and flags (`micro_batch`). The pretraining presets' dropout 0
+    is in their model (zerokit.bench.presets), not a row."""
     liger = on_gpu and installed("liger_kernel")
     switches: list[tuple[str, tuple[str, ...]]] = []
     if zero_stage != 3:
@@ -180,7 +181,7 @@ def speed_switches(
         switches.append(("compile", ("--compile", "torch")))
         if installed("flash_attn"):
             switches.append(("flash-attention", ("--attn-implementation", "flash_attention_2")))
-        if zero_stage != 3:  # train's chooser runs the whole model on each rank
+        if micro_batch:
             switches.append(("micro-batch", MICRO_BATCH_AUTO))
     return tuple(switches)
 

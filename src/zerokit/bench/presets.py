@@ -4,7 +4,8 @@ A preset is bench's flags (which the user's own flags override, given after it) 
 report folder: a GPT-2 built from a config (random weights: throughput does not depend on them) with its
 vocabulary padded to a multiple of 64 (nanoGPT's 50304 for the GPT-2 sizes) and no dropout (pretraining
 from scratch, as llm.c and nanoGPT run it; GPT2Config's default is 0.1 in three places), the embedded tokenizer, and the
-embedded corpus repeated until every step of every run draws full batches from the first epoch.
+embedded corpus repeated until every step at bench's --batch-size draws full batches from the first epoch (a run
+of `--micro-batch auto` goes through it several times; on a GPU every epoch's short last batch is dropped).
 
 - gpt2-124m: GPT-2 small's shape (12 x 768, 1024 positions), blocks of 1024 tokens, 16 per step, 60 steps.
 - gpt2-350m: GPT-2 medium's (24 x 1024), 8 per step.

@@ -493,8 +493,9 @@ def speed_section(rows: list[dict], switches: tuple[tuple[str, tuple[str, ...]],
     flags = {name: " ".join(words) for name, words in switches}
     flags["all"] = " ".join(flags.values())
     lines += [
-        f"{rows[0]['ranks']} rank(s), one run each; steps: p50/p90/max of the timed steps; loss: the last eval loss "
-        "(a switch may move it by rounding only).",
+        f"{rows[0]['ranks']} rank(s), one run each; samples/step/rank: the micro-batch times the gradient "
+        "accumulation; steps: p50/p90/max of the timed steps; loss: the last eval loss (a switch may move it by "
+        "rounding only, but a run of more samples a step, `micro-batch` and `all`, trains on more text).",
         "",
         "| switch | train flags | samples/step/rank | tokens/s | / eager | MFU | peak memory (MiB) "
         "| step p50 / p90 / max (ms) | loss |",

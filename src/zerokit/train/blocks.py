@@ -33,16 +33,25 @@ def load_datasets(options: TrainFlags, tokenizer, model, args, prepared: dict | 
     return blocks
 
 
-def check_full_batches(blocks, args, data_parallel: int) -> None:
+class NoFullBatch(UserError):
+    """Every rank finds the same split sizes after they met: rank 0 says it."""
+
+    every_rank = True
+
+
+def check_full_batches(blocks, args, data_parallel: int, micro_batch_chosen: bool) -> None:
     """With --dataloader_drop_last, HF drops each split's short last batch: a split smaller than one batch over the
-    data-parallel ranks would have no batch at all (its evaluation ended the run with a KeyError, after training)."""
+    data-parallel ranks would have no batch at all (its evaluation ended the run with a KeyError, after training).
+    The training split is not checked where --micro-batch auto chooses (it never picks more than a rank's share)."""
     if not args.dataloader_drop_last:
         return
-    batches = {"train": "--per_device_train_batch_size", "validation": "--per_device_eval_batch_size"}
+    batches = {"validation": "--per_device_eval_batch_size"}
+    if not micro_batch_chosen:
+        batches["train"] = "--per_device_train_batch_size"
     for split, flag in batches.items():
         per_rank = getattr(args, flag[2:])
         if split in blocks and hasattr(blocks[split], "__len__") and len(blocks[split]) < per_rank * data_parallel:
-            raise UserError(
+            raise NoFullBatch(
                 f"--dataloader_drop_last drops every batch short of {per_rank} blocks on each of {data_parallel} "
                 f"ranks, and the {split} split has {len(blocks[split])}: it would have none: lower {flag} or drop "
                 "--dataloader_drop_last"

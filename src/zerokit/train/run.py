@@ -109,7 +109,8 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     model = fine_tuning(options, load_model(options, config), args)
     mark("model")
     datasets = load_datasets(options, tokenizer, model, args, prepared)
-    check_full_batches(datasets, args, layout.dp)
+    if not pipelined:  # the stages' engine takes neither flag (zerokit.train.pipeline_run)
+        check_full_batches(datasets, args, layout.dp, micro_batch_chosen=bool(options.micro_batch))
     mark("data")
     micro_batch = None
     if options.micro_batch:  # the largest that fits, with the model and data in memory (zerokit.train.micro_probe)

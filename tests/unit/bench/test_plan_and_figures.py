@@ -392,7 +392,12 @@ def test_the_speed_table_takes_the_switches_that_can_run_here(tmp_path: Path):
     gpu = speed_switches(True, lambda name: True, 2)
     assert [name for name, _ in gpu] == ["cross-entropy", "compile", "flash-attention", "micro-batch"]
     assert gpu[0][1] == ("--cross-entropy", "liger")
-    assert [name for name, _ in speed_switches(True, lambda name: False, 3)] == ["compile"]
+    assert [name for name, _ in speed_switches(True, lambda name: False, 3, micro_batch=False)] == ["compile"]
+    from zerokit.bench.cli import train_takes_micro_batch_auto  # the row only where train would take the flag
+
+    assert train_takes_micro_batch_auto(Path("configs/zero2.json"), [])
+    assert not train_takes_micro_batch_auto(Path("configs/zero3.json"), [])
+    assert not train_takes_micro_batch_auto(Path("configs/zero2.json"), ["--per_device_train_batch_size", "8"])
     runs = speed_runs(config(tmp_path, speed=gpu, ranks=(1,)), 1)
     assert [run.variant for run in runs] == ["cross-entropy", "compile", "flash-attention", "micro-batch", "all"]
     assert {"--cross-entropy", "--compile", "--attn-implementation", "--micro-batch"} <= set(runs[-1].argv)
