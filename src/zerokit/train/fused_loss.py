@@ -51,8 +51,11 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             logits = (part @ head.T).float()
             counted = wanted != IGNORE
             safe = torch.where(counted, wanted, 0)
-            total += ((torch.logsumexp(logits, dim=-1) - logits.gather(1, safe[:, None])[:, 0]) * counted).sum()
-            grad = torch.softmax(logits, dim=-1)  # d loss / d logits = softmax - onehot; 0 for an ignored row
+            lse = torch.logsumexp(logits, dim=-1)
+            total += ((lse - logits.gather(1, safe[:, None])[:, 0]) * counted).sum()
+            # d loss / d logits = softmax - onehot, 0 for an ignored row; the softmax from the log-sum-exp already
+            # made, in the logits' own memory: one pass over the chunk where torch.softmax makes three and a copy
+            grad = logits.sub_(lse[:, None]).exp_()
             grad[torch.arange(len(safe), device=grad.device), safe] -= 1
             grad *= counted[:, None]
             low = grad.to(hidden.dtype)  # as the backward through HF's upcast would hand it to lm_head
