@@ -101,5 +101,9 @@ def test_the_switches_reach_the_trainer_and_deepspeed(tmp_path):
     assert training_arguments(options, flags, None, False, notes).torch_compile
     assert any("--dataloader_drop_last" in note for note in notes)  # a short batch's recompile, said
     notes.clear()
+    # HF's NaN/inf filter reads each step's loss on the host: off unless asked for (train's guard stops a NaN loss)
+    assert not training_arguments(options, flags, None, False, []).logging_nan_inf_filter
+    asked = training_arguments(options, [*flags, "--logging_nan_inf_filter", "true"], None, False, [])
+    assert asked.logging_nan_inf_filter
     assert training_arguments(options, [*flags, "--dataloader_drop_last", "true"], None, False, notes).torch_compile
     assert notes == []

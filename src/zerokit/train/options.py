@@ -29,6 +29,11 @@ HF_DIFFERENCES: tuple[tuple[str, str], ...] = (
     ("--use_cpu", "set where no GPU is visible, so CPU ranks train as one job"),
     ("--bf16", "on by default on GPUs that support bf16 (--bf16 false turns it off)"),
     ("--full_determinism", "set by --deterministic"),
+    (
+        "--logging_nan_inf_filter",
+        "off: HF's reads each step's loss on the host (a device sync a step); train stops a NaN/inf loss itself, "
+        "before it saves",
+    ),
 )
 
 # The embedded default job's (tiny model, generated corpus, sized for a 2-core CPU): a flag wins.

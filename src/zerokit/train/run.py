@@ -191,6 +191,7 @@ def training_arguments(
 
     parser = HfArgumentParser(SecretFreeArguments, allow_abbrev=False)  # training_args.bin holds no token
     parser.set_defaults(**training_defaults(options.embedded, training_flags))
+    parser.set_defaults(logging_nan_inf_filter=False)  # HF_DIFFERENCES: zerokit.train.callbacks.finite_loss instead
     if on_gpu and torch.cuda.is_bf16_supported():
         parser.set_defaults(bf16=True)
     forced = ["--output_dir", str(options.output_dir)]
