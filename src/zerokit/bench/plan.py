@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from zerokit.launch.rank.environment import free_port
+from zerokit.train.options import MICRO_BATCH_AUTO
 
 SKIPPABLE = ("configs", "startup", "data", "checkpoint", "overhead", "preemption", "no-deepspeed", "raw", "speed")
 CHECKPOINT_SAVES = 3  # checkpoints the checkpoint group's runs write (the last one kept)
@@ -182,12 +183,12 @@ def speed_switches(
         if installed("flash_attn"):
             switches.append(("flash-attention", ("--attn-implementation", "flash_attention_2")))
         if micro_batch:
-            switches.append(("micro-batch", MICRO_BATCH_AUTO))
+            switches.append(("micro-batch", MICRO_BATCH_SWITCH))
     return tuple(switches)
 
 
 # The largest micro-batch that fits, train's chooser: a run with it leaves out bench's --batch-size.
-MICRO_BATCH_AUTO = ("--micro-batch", "auto")
+MICRO_BATCH_SWITCH = ("--micro-batch", MICRO_BATCH_AUTO)
 
 
 def without_batch_size(argv: tuple[str, ...]) -> tuple[str, ...]:
@@ -203,7 +204,7 @@ def speed_runs(cfg: BenchConfig, ranks: int) -> list[Run]:
 
 def speed_run(cfg: BenchConfig, name: str, flags: tuple[str, ...], ranks: int) -> Run:
     run = zerokit_run(cfg, f"speed-{name}", "speed", 1, ranks, variant=name, extra_train=flags, keep_data=True)
-    return replace(run, argv=without_batch_size(run.argv)) if MICRO_BATCH_AUTO[0] in flags else run
+    return replace(run, argv=without_batch_size(run.argv)) if MICRO_BATCH_SWITCH[0] in flags else run
 
 
 def checkpoint_run(cfg: BenchConfig, ranks: int, write: str) -> Run:
