@@ -180,6 +180,7 @@ def test_train_refuses_a_corpus_too_small_to_train_on(tmp_path: Path, zk_env, te
     lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
     assert says in lines[0] and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()  # refused after the folder's lock was taken: it goes with the run
 
 
 def test_the_default_llama_is_refused_before_it_is_built(tmp_path: Path, zk_env):

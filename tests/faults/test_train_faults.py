@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import REPO, isolated_env, run_zerokit
 from zerokit.outputs.checkpoints import newest_complete_checkpoint
-from zerokit.outputs.ownership import RECORD_NAME
+from zerokit.outputs.ownership import LOCK_NAME, RECORD_NAME, contents
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a read-only bind or a tmpfs: needs root")
 QUICK = ["--config", "zero2", "--max_steps", "4", "--logging_steps", "1", "--per_device_train_batch_size", "8"]
@@ -69,10 +69,16 @@ def test_resume_auto_never_replaces_a_finished_model(finished_run: Path, tmp_pat
 
 
 def test_overwrite_replaces_the_earlier_run_but_keeps_user_files(finished_run: Path, tmp_path: Path, env):
-    """Case 3: the earlier run's checkpoint-4 is removed, so rotation keeps this run's checkpoint."""
+    """Case 3: the earlier run's checkpoint-4 is removed, so rotation keeps this run's checkpoint. An --overwrite
+    refused at its data's check (after the folder's lock, before the folder is claimed) removes nothing."""
     run = copy_of(finished_run, tmp_path / "rot")
     (run / "notes.txt").write_text("mine")
     argv = ["train", "--output-dir", str(run), *QUICK, "--max_steps", "1", "--save_strategy", "steps"]
+    before = {name: stat for name, stat in contents(run).items() if name != LOCK_NAME}  # the lock names its holder
+    refused = ["--overwrite", "--dataloader_drop_last", "true", "--per_device_eval_batch_size", "100000"]
+    result = run_zerokit([*argv, *refused], env)
+    assert result.returncode == 2 and "the validation split has" in result.stderr, result.stderr[-3000:]
+    assert {name: stat for name, stat in contents(run).items() if name != LOCK_NAME} == before
     result = run_zerokit([*argv, "--save_steps", "1", "--save_total_limit", "1", "--overwrite"], env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-1"]

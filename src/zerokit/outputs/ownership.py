@@ -9,6 +9,7 @@ mistaken for this run's (by rotation or by `--resume auto`).
 
 from __future__ import annotations
 
+import atexit
 import errno
 import fcntl
 import json
@@ -70,6 +71,9 @@ def written_by_earlier_run(folder: Path, record: OutputRecord | None) -> set[str
 
 
 _held_locks: list[TextIO] = []  # open for the life of the process: closing one would release it
+# Folders this process holds but has not claimed (begin): the lock file it made (None: it was there) and the
+# folders it made, innermost first; taken away when the process ends with them unclaimed.
+_unclaimed: dict[Path, tuple[Path | None, list[Path]]] = {}
 
 
 class OutputBusy(UserError):
@@ -111,9 +115,43 @@ def take_lock(path: Path, command: str, output: Path) -> TextIO:
 def hold_lock(folder: Path, command: str) -> None:
     """An exclusive lock on folder, held while this process lives: a second run into the same folder
     (a job submitted twice, or ranks that each started alone because a container hid the job's
-    variables from them) fails at once instead of writing over this one."""
+    variables from them) fails at once instead of writing over this one.
+
+    Until begin claims the folder, the lock is all this process wrote there: a run refused between the two (its
+    data checked after the lock, so that a second run fails before it loads anything) takes its lock file away
+    when it ends, and the folder and parents it made for it if they are still empty, leaving the disk as it was.
+    """
+    made = missing_folders(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    _held_locks.append(take_lock(folder / LOCK_NAME, command, folder))
+    lock = folder / LOCK_NAME
+    made_lock = not lock.exists()
+    _held_locks.append(take_lock(lock, command, folder))
+    _unclaimed[folder.absolute()] = (lock if made_lock else None, made)
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """folder and those of its parents that do not exist yet, innermost first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _leave_unclaimed() -> None:
+    """At exit: remove what hold_lock made for a folder that no run claimed (the lock file, then empty folders)."""
+    for lock, folders in _unclaimed.values():
+        if lock is not None:
+            lock.unlink(missing_ok=True)  # held still: a waiting opener retries on a new file (take_lock)
+        for folder in folders:
+            try:
+                folder.rmdir()
+            except OSError:  # someone wrote into it meanwhile: kept, and its parents with it
+                break
+    _unclaimed.clear()
+
+
+atexit.register(_leave_unclaimed)  # zerokit.foundations.process_end's exit runs it too
 
 
 def contents(path: Path) -> dict[str, tuple[int, int]] | None:
@@ -188,6 +226,7 @@ def begin(folder: Path, command: str, *, replace: bool) -> OutputRecord:
     that does not load) leaves the folder as it was.
     """
     folder.mkdir(parents=True, exist_ok=True)
+    _unclaimed.pop(folder.absolute(), None)  # claimed: what hold_lock made stays with the run
     record = read_record(folder)
     if record is not None and not replace:
         return OutputRecord(command=record.command, foreign=record.foreign)

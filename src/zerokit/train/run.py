@@ -100,7 +100,7 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
         share = copy_bytes(numbers.parameters, numbers.trainable, node_ranks, layout.world)
         check_room(memory.root, copies_need(share))
     start = _start_message(options, resume, resharded is not None, config, numbers.parameters)
-    record = claim_output_dir(options, resume, args.process_index, disk_need(numbers, args.save_strategy != "no"))
+    hold_output_dir(options, args.process_index, disk_need(numbers, args.save_strategy != "no"))
     if args.full_determinism:
         enable_full_determinism(args.seed)
     else:
@@ -119,6 +119,7 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
         accumulation_given = "gradient_accumulation_steps" in given_fields(training_flags)
         micro_batch = choose_micro_batch(options, args, model, datasets["train"], numbers, resume, accumulation_given)
         mark("micro_batch")
+    record = claim_output_dir(options, resume, args.process_index)  # its inputs passed: the run may write now
     if os.environ.get(BENCH_WITHOUT_VARIABLE) == "1":
         preemption = None
     callbacks = [] if preemption is None else [preemption]
@@ -228,14 +229,9 @@ def given_batch(parser, flags: list[str]) -> tuple[int, int | None]:
     return namespace.per_device_train_batch_size, namespace.gradient_accumulation_steps if given else None
 
 
-def claim_output_dir(options: TrainFlags, resume: Path | None, rank: int, needed: int):
-    """Rank 0 records the run in its output folder (zerokit.outputs.ownership), after every rank has checked it
-    and its disk's room for `needed` bytes (disk_need).
-
-    --overwrite without --resume first removes what an earlier run wrote there (its model, its
-    checkpoints), so neither rotation nor a later `--resume auto` mistakes them for this run's.
-    Returns the record on rank 0, None on the others.
-    """
+def hold_output_dir(options: TrainFlags, rank: int, needed: int) -> None:
+    """Every rank checks the output folder's disk for `needed` bytes (disk_need); rank 0 then locks the folder
+    (zerokit.outputs.ownership.hold_lock), before the model and data load: a second run into it fails at once."""
     import shutil
 
     import torch.distributed as dist
@@ -249,9 +245,26 @@ def claim_output_dir(options: TrainFlags, resume: Path | None, rank: int, needed
             f"{needed / 2**20:.0f} MiB there (the model, and one checkpoint when it saves): free space there or "
             "pick another --output-dir"
         )
-    record = None
     if rank == 0:
         ownership.hold_lock(options.output_dir, "train")
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def claim_output_dir(options: TrainFlags, resume: Path | None, rank: int):
+    """Rank 0 records the run in its output folder (zerokit.outputs.ownership.begin), once the run's model, data
+    and micro-batch have passed their checks: a run refused before leaves the folder as it was.
+
+    --overwrite without --resume first removes what an earlier run wrote there (its model, its
+    checkpoints), so neither rotation nor a later `--resume auto` mistakes them for this run's.
+    Returns the record on rank 0, None on the others.
+    """
+    import torch.distributed as dist
+
+    from zerokit.outputs import ownership
+
+    record = None
+    if rank == 0:
         record = ownership.begin(options.output_dir, "train", replace=options.overwrite and resume is None)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
