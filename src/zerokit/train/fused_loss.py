@@ -57,10 +57,11 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             # made, in the logits' own memory: one pass over the chunk where torch.softmax makes three and a copy
             grad = logits.sub_(lse[:, None]).exp_()
             grad[torch.arange(len(safe), device=grad.device), safe] -= 1
-            grad *= counted[:, None]
             low = grad.to(hidden.dtype)  # as the backward through HF's upcast would hand it to lm_head
-            grad_hidden[start : start + chunk] = low @ head
-            grad_weight += (low.T @ part).float()
+            # an ignored row's gradient is 0: masked in the narrow tensors (width wide), not in the vocabulary's
+            keep = counted[:, None].to(hidden.dtype)
+            grad_hidden[start : start + chunk] = (low @ head) * keep
+            grad_weight += (low.T @ (part * keep)).float()
         ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
         ctx.divisor = divisor
         return total / divisor
