@@ -15,6 +15,7 @@ from pathlib import Path
 from zerokit.bench.flops import peak_tflops, precision_of
 from zerokit.bench.plan import (
     DATA_SCALES,
+    SHARED_SWITCHES,
     SKIPPABLE,
     BenchConfig,
     DataInputs,
@@ -80,6 +81,12 @@ class BenchFlags:
     eval_steps: int = flag("--eval-steps", type=int, default=20, help="evaluate every N steps (default: 20)")
     batch_size: int = flag("--batch-size", type=int, default=16, help="samples per rank per step (default: 16)")
     repeats: int = flag("--repeats", type=int, default=5, help="rounds of the overhead comparison (default: 5)")
+    overhead_switches: str = flag(
+        "--overhead-switches",
+        default="",
+        help=f"speed switches both sides of the overhead comparison run with, comma-separated: "
+        f"{', '.join(SHARED_SWITCHES)} (train's --compile torch is HF's --torch_compile; default: none)",
+    )
     peak_tflops: float | None = flag(
         "--peak-tflops", type=float, help="peak TFLOPS per device for MFU (default: a table of GPUs; none on CPU)"
     )
@@ -133,6 +140,7 @@ def parse(argv: list[str]) -> BenchConfig:
         hosts = read_hostfile(args.hostfile)
         if len(hosts) < max(args.nodes):
             raise UserError(f"--nodes {max(args.nodes)}, but {args.hostfile} lists {len(hosts)} hosts")
+    overhead_switches = checked_overhead_switches(args.overhead_switches)
     if args.jit_python and not os.access(args.jit_python, os.X_OK):
         raise UserError(f"--jit-python {args.jit_python} is not an executable (make bench makes one)")
     config = resolve_ds_config(args.config)
@@ -176,6 +184,7 @@ def parse(argv: list[str]) -> BenchConfig:
         )
         if args.preset
         else (),
+        overhead_switches=overhead_switches,
         model=args.model,
         dataset=str(Path(args.dataset).resolve()) if args.dataset else None,
         block_size=args.block_size,
@@ -185,6 +194,22 @@ def parse(argv: list[str]) -> BenchConfig:
         precision=precision,
         preset=args.preset,
     )
+
+
+def checked_overhead_switches(text: str) -> tuple[str, ...]:
+    """--overhead-switches: names of SHARED_SWITCHES, each once; an attention kernel's package must be here."""
+    from zerokit.train.speed import check_attention
+
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    for name in names:
+        if name not in SHARED_SWITCHES:
+            raise UserError(
+                f"--overhead-switches {name}: not a switch both sides have; choose from {', '.join(SHARED_SWITCHES)}"
+            )
+        train_flags = SHARED_SWITCHES[name][0]
+        if train_flags[0] == "--attn-implementation":
+            check_attention(train_flags[1])
+    return names
 
 
 def checked_configs(text: str, ranks: int) -> list[str]:

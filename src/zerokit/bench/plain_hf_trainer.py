@@ -37,12 +37,14 @@ class ScriptArguments:
     config_name: str | None = field(default=None, metadata={"help": "train from scratch with this config"})
     model_name_or_path: str | None = field(default=None, metadata={"help": "fine-tune this model"})
     timings_dir: str | None = None
+    attn_implementation: str | None = field(default=None, metadata={"help": "e.g. flash_attention_2 (the docs' way)"})
 
 
 def load_model(script: ScriptArguments):
+    kernel = {"attn_implementation": script.attn_implementation} if script.attn_implementation else {}
     if script.model_name_or_path:
-        return AutoModelForCausalLM.from_pretrained(script.model_name_or_path)
-    return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(script.config_name))
+        return AutoModelForCausalLM.from_pretrained(script.model_name_or_path, **kernel)
+    return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(script.config_name), **kernel)
 
 
 def text_blocks(script: ScriptArguments, tokenizer, args: TrainingArguments):

@@ -47,6 +47,7 @@ class BenchConfig:
     launcher: str  # pdsh or mpirun, for node counts above 1
     skip: frozenset[str]
     speed: tuple[tuple[str, tuple[str, ...]], ...] = ()  # the speed group's switches: (name, train flags)
+    overhead_switches: tuple[str, ...] = ()  # SHARED_SWITCHES both sides of the overhead group run with
     model: str | None = None
     dataset: str | None = None  # a text file, or none: the embedded default
     block_size: int | None = None
@@ -159,7 +160,8 @@ def zerokit_run(
         train += ["--block-size", str(cfg.block_size)]
     python = cfg.jit_python if jit else cfg.python
     argv = (python, "-m", "zerokit", "launch", *launch, "train", *train, *extra_train, *common_training_flags(cfg))
-    run_env = {"ZEROKIT_CACHE": str(cfg.output / "cache"), **(env or {})}  # the embedded job's files, made once
+    # ZEROKIT_CACHE: the embedded job's files, made once for every run
+    run_env = {"ZEROKIT_CACHE": str(cfg.output / "cache"), **own_compile_caches(folder), **(env or {})}
     if jit:
         run_env["TORCH_EXTENSIONS_DIR"] = str(folder / "torch-extensions")  # fresh: every op compiles
     return Run(name, group, variant or ("jit" if jit else "zerokit"), nodes, ranks, argv, folder, run_env)
@@ -179,12 +181,29 @@ def speed_switches(
     if zero_stage != 3:
         switches.append(("cross-entropy", ("--cross-entropy", "liger" if liger else "chunked")))
     if on_gpu:
-        switches.append(("compile", ("--compile", "torch")))
+        switches.append(("compile", SHARED_SWITCHES["compile"][0]))
         if installed("flash_attn"):
-            switches.append(("flash-attention", ("--attn-implementation", "flash_attention_2")))
+            switches.append(("flash-attention", SHARED_SWITCHES["flash-attention"][0]))
         if micro_batch:
             switches.append(("micro-batch", MICRO_BATCH_SWITCH))
     return tuple(switches)
+
+
+# The speed switches the plain HF script and the raw loop have too, so that the overhead group can time both sides
+# with them (bench --overhead-switches): name -> (train's flags, the baselines' flags). The chunked cross-entropy
+# and the micro-batch chooser are zerokit's alone.
+SHARED_SWITCHES = {
+    "compile": (("--compile", "torch"), ("--torch_compile", "true")),
+    "flash-attention": (
+        ("--attn-implementation", "flash_attention_2"),
+        ("--attn_implementation", "flash_attention_2"),
+    ),
+}
+
+
+def shared_switch_flags(names: tuple[str, ...], side: int) -> tuple[str, ...]:
+    """The flags of the overhead group's switches: side 0 for train, 1 for the baselines."""
+    return tuple(word for name in names for word in SHARED_SWITCHES[name][side])
 
 
 # The largest micro-batch that fits, train's chooser: a run with it leaves out bench's --batch-size.
@@ -237,6 +256,14 @@ def data_run(cfg: BenchConfig, kind: str, scale: int, ranks: int, inputs: DataIn
     return Run(run.name, run.group, run.variant, 1, ranks, (*run.argv, *steps), run.folder, run.env)
 
 
+def own_compile_caches(folder: Path) -> dict[str, str]:
+    """A run's own torch.compile caches, empty when it starts. Shared (the default: one per user), they let a compiled
+    run reuse the kernels of the one before it: on CPU ranks a compiled zerokit run's first step took 36 s and the
+    plain script's after it 15 s (bench --overhead-switches compile), a start-up ratio of 2.4 that measured the cache.
+    """
+    return {"TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor-cache"), "TRITON_CACHE_DIR": str(folder / "triton-cache")}
+
+
 # The overhead group's baselines: variant -> (script, with --config's DeepSpeed config).
 BASELINES = {
     "plain": ("plain_script", True),
@@ -258,10 +285,13 @@ def plain_run(cfg: BenchConfig, name: str, ranks: int, inputs: PlainInputs, vari
         "--train_file", inputs.train_file, "--validation_file", inputs.validation_file,
         "--block_size", str(inputs.block_size), *(("--deepspeed", str(cfg.config)) if with_deepspeed else ()),
         "--output_dir", str(folder / "output"), "--timings_dir", str(folder / "timings"), *inputs.job_flags,
+        *shared_switch_flags(cfg.overhead_switches, 1),
     ]  # fmt: skip
     if not cfg.on_gpu:
         argv.append("--use_cpu")
-    env = {} if cfg.on_gpu else {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // ranks))}  # as train does
+    env = own_compile_caches(folder)
+    if not cfg.on_gpu:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks))  # as train does
     return Run(name, "overhead", variant, 1, ranks, (*argv, *common_training_flags(cfg)), folder, env)
 
 
@@ -321,13 +351,19 @@ def plan_runs(cfg: BenchConfig, plain_inputs: PlainInputs | None, data_inputs: D
         baselines = ["plain"]
         baselines += [] if "no-deepspeed" in cfg.skip else ["plain-no-deepspeed"]
         baselines += [] if "raw" in cfg.skip or cfg.raw_script is None else ["raw"]
+        switched = shared_switch_flags(cfg.overhead_switches, 0)  # train's; plain_run adds the baselines' own
         for repeat in range(1, cfg.repeats + 1):  # one round: zerokit, the baselines, zerokit without the callback
-            runs.append(zerokit_run(cfg, f"overhead-zerokit-{repeat}", "overhead", 1, compare_ranks))
+            name = f"overhead-zerokit-{repeat}"
+            runs.append(zerokit_run(cfg, name, "overhead", 1, compare_ranks, extra_train=switched, keep_data=True))
             for variant in baselines:
                 runs.append(plain_run(cfg, f"overhead-{variant}-{repeat}", compare_ranks, plain_inputs, variant))
             if "preemption" not in cfg.skip:
                 name = f"overhead-no-preemption-{repeat}"
+                variant = "zerokit-no-preemption"
                 runs.append(
-                    zerokit_run(cfg, name, "overhead", 1, compare_ranks, variant="zerokit-no-preemption", env=without)
-                )
+                    zerokit_run(
+                        cfg, name, "overhead", 1, compare_ranks, variant=variant, env=without, extra_train=switched,
+                        keep_data=True,
+                    )
+                )  # fmt: skip
     return runs

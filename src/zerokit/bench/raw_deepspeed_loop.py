@@ -81,6 +81,9 @@ def main() -> None:
         lr_scheduler=None if "scheduler" in config else scheduler,
         config=config,
     )
+    if args.torch_compile:  # as accelerate compiles a DeepSpeed model for the Trainer: the engine's own compile()
+        mode = {"mode": args.torch_compile_mode} if args.torch_compile_mode else {}
+        engine.compile(backend=args.torch_compile_backend or "inductor", compile_kwargs=mode)
     world, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
     # What StepClock reads from the Trainer's arguments and state.
     run = SimpleNamespace(world_size=world, process_index=rank, per_device_train_batch_size=micro)

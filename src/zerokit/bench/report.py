@@ -106,19 +106,21 @@ def median_phases(runs: list[RunResult]) -> list[tuple[str, float]]:
 OVERHEAD_VARIANTS = ("zerokit", "plain", "plain-no-deepspeed", "raw", "zerokit-no-preemption")
 
 
-def overhead_summary(results: list[RunResult], peak: float | None = None) -> dict | None:
+def overhead_summary(
+    results: list[RunResult], peak: float | None = None, switches: tuple[str, ...] = ()
+) -> dict | None:
     """Medians of zerokit's train and the baselines, run in turn; ratios zerokit / plain with their spread.
 
     With the raw DeepSpeed loop's runs, zerokit / raw too; with the `zerokit-no-preemption` runs, the
     preemption callback's cost: with / without. peak: TFLOPS per device, for each side's model FLOPs
-    utilisation (None: not reported).
+    utilisation (None: not reported). switches: the speed switches every side ran with (--overhead-switches).
     """
     variants = OVERHEAD_VARIANTS
     sides = {v: [r for r in results if r.group == "overhead" and r.variant == v] for v in variants}
     if not sides["zerokit"] or not sides["plain"]:
         return None
     z, p = sides["zerokit"], sides["plain"]
-    summary: dict = {"ranks": z[0].world_size, "repeats": len(p)}
+    summary: dict = {"ranks": z[0].world_size, "repeats": len(p), "switches": list(switches)}
     for variant, runs in sides.items():
         if runs:
             summary[variant] = side(runs)
@@ -356,7 +358,7 @@ def write_all(cfg: BenchConfig, results: list[RunResult], prepare_seconds: dict[
         "startup": startup_summary(results),
         "checkpoint": checkpoint_summary(results),
         "data": data_summary(results, prepare_seconds or {}),
-        "overhead": overhead_summary(results, peak),
+        "overhead": overhead_summary(results, peak, cfg.overhead_switches),
         "runs": [r.as_dict() for r in results],
     }
     (cfg.output / "results.json").write_text(json.dumps(figures, indent=2) + "\n")
@@ -607,6 +609,7 @@ def overhead_section(overhead: dict | None) -> list[str]:
     lines += [
         f"{overhead['ranks']} ranks, {overhead['repeats']} rounds ({', '.join(OVERHEAD_LABELS[v] for v in sides)}, "
         "in turn); medians, and in brackets the spread: the lowest and highest ratio of a round's pair. "
+        + (f"Every side ran with {', '.join(overhead['switches'])}. " if overhead.get("switches") else "Eager. ")
         + (
             "Tokens are those each step trained on, as counted in its batches."
             if overhead.get("tokens_counted")

@@ -9,7 +9,14 @@ import pytest
 from tests.conftest import run_zerokit
 from zerokit.bench.flops import flops_per_token, mfu, peak_tflops, precision_of
 from zerokit.bench.plan import BenchConfig, DataInputs, PlainInputs, plan_runs
-from zerokit.bench.report import config_rows, data_summary, overhead_summary, scaling_rows, startup_summary
+from zerokit.bench.report import (
+    config_rows,
+    data_summary,
+    overhead_section,
+    overhead_summary,
+    scaling_rows,
+    startup_summary,
+)
 from zerokit.bench.runner import RunResult
 from zerokit.foundations.errors import UserError
 from zerokit.train.callbacks.preemption import BENCH_WITHOUT_VARIABLE
@@ -404,3 +411,32 @@ def test_the_speed_table_takes_the_switches_that_can_run_here(tmp_path: Path):
     batch_given = {run.variant: "--per_device_train_batch_size" in run.argv for run in runs}
     assert batch_given == {"cross-entropy": True, "compile": True, "flash-attention": True, "micro-batch": False,
                            "all": False}  # fmt: skip
+
+
+def test_the_overhead_switches_reach_every_side_in_its_own_spelling(tmp_path: Path):
+    """--overhead-switches compile: zerokit's train (with and without the preemption callback) gets --compile torch,
+    the plain script (with DeepSpeed and without) and the raw loop HF's --torch_compile true; the report says so."""
+    from zerokit.bench.cli import checked_overhead_switches
+
+    corpus = str(tmp_path / "corpus.txt")
+    switched = config(tmp_path, overhead_switches=("compile",), dataset=corpus, block_size=64)
+    runs = [r for r in plan_runs(switched, PLAIN) if r.group == "overhead"]
+    for run in runs:
+        train = "zerokit" in run.variant
+        flags = dict(zip(run.argv, run.argv[1:], strict=False))
+        assert (flags.get("--compile"), flags.get("--torch_compile")) == (("torch", None) if train else (None, "true"))
+        assert flags.get("--dataset", corpus) == corpus  # train's runs keep the job's data beside the switch
+    assert {r.variant for r in runs} == {"zerokit", "plain", "plain-no-deepspeed", "raw", "zerokit-no-preemption"}
+    caches = {r.env["TORCHINDUCTOR_CACHE_DIR"] for r in runs} | {r.env["TRITON_CACHE_DIR"] for r in runs}
+    assert len(caches) == 2 * len(runs)  # each compiles anew: none reuses the kernels of the run before it
+    eager = [r for r in plan_runs(config(tmp_path), PLAIN) if r.group == "overhead"]
+    assert not any("--compile" in r.argv or "--torch_compile" in r.argv for r in eager)
+    pair = [result("z1", "overhead", "zerokit", 2, 150.0, 12.0), result("p1", "overhead", "plain", 2, 150.0, 10.0)]
+    assert "Every side ran with compile." in "\n".join(overhead_section(overhead_summary(pair, None, ("compile",))))
+    assert "Eager." in "\n".join(overhead_section(overhead_summary(pair)))
+
+    assert checked_overhead_switches("compile, compile") == ("compile",)
+    with pytest.raises(UserError, match="--overhead-switches cross-entropy: not a switch both sides have; choose from"):
+        checked_overhead_switches("cross-entropy")
+    with pytest.raises(UserError, match="--attn-implementation flash_attention_2 needs the flash_attn package"):
+        checked_overhead_switches("flash-attention")  # not installed on CPU machines
