@@ -429,6 +429,8 @@ def test_the_overhead_switches_reach_every_side_in_its_own_spelling(tmp_path: Pa
     assert {r.variant for r in runs} == {"zerokit", "plain", "plain-no-deepspeed", "raw", "zerokit-no-preemption"}
     caches = {r.env["TORCHINDUCTOR_CACHE_DIR"] for r in runs} | {r.env["TRITON_CACHE_DIR"] for r in runs}
     assert len(caches) == 2 * len(runs)  # each compiles anew: none reuses the kernels of the run before it
+    speed = plan_runs(config(tmp_path, speed=(("compile", ("--compile", "torch")),)), PLAIN)
+    assert [r.env.get("TORCHINDUCTOR_CACHE_DIR") for r in speed if r.group == "speed"] == [None, None]  # no start-up
     eager = [r for r in plan_runs(config(tmp_path), PLAIN) if r.group == "overhead"]
     assert not any("--compile" in r.argv or "--torch_compile" in r.argv for r in eager)
     pair = [result("z1", "overhead", "zerokit", 2, 150.0, 12.0), result("p1", "overhead", "plain", 2, 150.0, 10.0)]
