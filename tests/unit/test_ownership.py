@@ -111,3 +111,31 @@ def test_a_failed_build_leaves_nothing_beside_the_output(tmp_path: Path):
         write(partial, "half")
         raise RuntimeError("the model failed")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_process_that_ends_holding_a_folder_it_never_claimed_takes_away_what_it_made(tmp_path: Path):
+    """hold_lock, then an exit before begin (a run refused at its data's check): the lock file and the folders it made
+    go, a lock file that was there stays; after begin, what it made stays with the run."""
+    import subprocess
+    import sys
+
+    def run(folder: Path, claim: bool) -> None:
+        code = (
+            "import pathlib; from zerokit.outputs import ownership; "
+            f"folder = pathlib.Path({str(folder)!r}); ownership.hold_lock(folder, 'train'); "
+            + ("ownership.begin(folder, 'train', replace=False); " if claim else "")
+            + "raise SystemExit(2)"
+        )
+        env = {"PYTHONPATH": str(Path(ownership.__file__).parents[2])}
+        assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 2
+
+    run(tmp_path / "new" / "run", claim=False)
+    assert list(tmp_path.iterdir()) == []  # neither the run's folder nor its new parent
+    mine = write(tmp_path / "mine" / "notes.txt", "mine").parent
+    write(mine / ownership.LOCK_NAME, "an earlier run's")
+    run(mine, claim=False)
+    assert sorted(p.name for p in mine.iterdir()) == [ownership.LOCK_NAME, "notes.txt"]
+    run(tmp_path / "claimed", claim=True)
+    assert sorted(p.name for p in (tmp_path / "claimed").iterdir()) == sorted(
+        [ownership.LOCK_NAME, ownership.RECORD_NAME]
+    )

@@ -140,7 +140,6 @@ def parse(argv: list[str]) -> BenchConfig:
         hosts = read_hostfile(args.hostfile)
         if len(hosts) < max(args.nodes):
             raise UserError(f"--nodes {max(args.nodes)}, but {args.hostfile} lists {len(hosts)} hosts")
-    overhead_switches = checked_overhead_switches(args.overhead_switches)
     if args.jit_python and not os.access(args.jit_python, os.X_OK):
         raise UserError(f"--jit-python {args.jit_python} is not an executable (make bench makes one)")
     config = resolve_ds_config(args.config)
@@ -150,6 +149,7 @@ def parse(argv: list[str]) -> BenchConfig:
     import torch
 
     on_gpu = torch.cuda.is_available()
+    overhead_switches = checked_overhead_switches(args.overhead_switches, on_gpu)
     if on_gpu and torch.cuda.is_bf16_supported() and not {"--bf16", "--fp16"} & set(train_args):
         train_args += ["--bf16", "true"]  # train's default on such GPUs; said once, so the plain script gets it too
     precision = precision_of(train_args)
@@ -196,8 +196,9 @@ def parse(argv: list[str]) -> BenchConfig:
     )
 
 
-def checked_overhead_switches(text: str) -> tuple[str, ...]:
-    """--overhead-switches: names of SHARED_SWITCHES, each once; an attention kernel's package must be here."""
+def checked_overhead_switches(text: str, on_gpu: bool) -> tuple[str, ...]:
+    """--overhead-switches: names of SHARED_SWITCHES, each once; an attention kernel runs on a GPU, its package here
+    (bench's runs use this interpreter)."""
     from zerokit.train.speed import check_attention
 
     names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
@@ -208,6 +209,8 @@ def checked_overhead_switches(text: str) -> tuple[str, ...]:
             )
         train_flags = SHARED_SWITCHES[name][0]
         if train_flags[0] == "--attn-implementation":
+            if not on_gpu:
+                raise UserError(f"--overhead-switches {name}: FlashAttention runs on GPUs only; leave it out here")
             check_attention(train_flags[1])
     return names
 

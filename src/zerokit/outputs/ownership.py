@@ -86,7 +86,11 @@ def take_lock(path: Path, command: str, output: Path) -> TextIO:
     its last holder removed while this process opened it is opened again, so two holders can never hold
     two different files of the same name."""
     while True:
-        handle = path.open("a+")
+        try:
+            handle = path.open("a+")
+        except FileNotFoundError:  # its folder was made, then removed by an unclaimed run's exit (hold_lock)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            continue
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -152,6 +156,7 @@ def _leave_unclaimed() -> None:
 
 
 atexit.register(_leave_unclaimed)  # zerokit.foundations.process_end's exit runs it too
+os.register_at_fork(after_in_child=_unclaimed.clear)  # a forked child holds no lock: its exit leaves them be
 
 
 def contents(path: Path) -> dict[str, tuple[int, int]] | None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
+from zerokit.outputs.ownership import OutputRecord
 from zerokit.train.blocks import block_length, check_full_batches, load_datasets, prepared_info
 from zerokit.train.checkpoint_writer import SaveLog
 from zerokit.train.layout import ParallelLayout
@@ -247,11 +248,12 @@ def hold_output_dir(options: TrainFlags, rank: int, needed: int) -> None:
         )
     if rank == 0:
         ownership.hold_lock(options.output_dir, "train")
+        ownership.read_record(options.output_dir)  # a damaged record is refused now, not once the data has loaded
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
 
 
-def claim_output_dir(options: TrainFlags, resume: Path | None, rank: int):
+def claim_output_dir(options: TrainFlags, resume: Path | None, rank: int) -> OutputRecord | None:
     """Rank 0 records the run in its output folder (zerokit.outputs.ownership.begin), once the run's model, data
     and micro-batch have passed their checks: a run refused before leaves the folder as it was.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -437,8 +438,13 @@ def test_the_overhead_switches_reach_every_side_in_its_own_spelling(tmp_path: Pa
     assert "Every side ran with compile." in "\n".join(overhead_section(overhead_summary(pair, None, ("compile",))))
     assert "Eager." in "\n".join(overhead_section(overhead_summary(pair)))
 
-    assert checked_overhead_switches("compile, compile") == ("compile",)
+    assert checked_overhead_switches("compile, compile", on_gpu=False) == ("compile",)
     with pytest.raises(UserError, match="--overhead-switches cross-entropy: not a switch both sides have; choose from"):
-        checked_overhead_switches("cross-entropy")
-    with pytest.raises(UserError, match="--attn-implementation flash_attention_2 needs the flash_attn package"):
-        checked_overhead_switches("flash-attention")  # not installed on CPU machines
+        checked_overhead_switches("cross-entropy", on_gpu=False)
+    with pytest.raises(UserError, match="--overhead-switches flash-attention: FlashAttention runs on GPUs only"):
+        checked_overhead_switches("flash-attention", on_gpu=False)
+    if importlib.util.find_spec("flash_attn") is None:
+        with pytest.raises(UserError, match="--attn-implementation flash_attention_2 needs the flash_attn package"):
+            checked_overhead_switches("flash-attention", on_gpu=True)
+    else:
+        assert checked_overhead_switches("flash-attention", on_gpu=True) == ("flash-attention",)
