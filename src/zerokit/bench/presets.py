@@ -72,6 +72,11 @@ def preset_flags(name: str, output: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def check_block_size(name: str, block_size: int) -> None:
+    if block_size > PRESETS[name].positions:
+        raise UserError(f"--block-size {block_size} is past the preset {name}'s {PRESETS[name].positions} positions")
+
+
 def make_inputs(name: str, output: Path, samples: int, block_size: int) -> dict:
     """The model folder and the corpus of the preset in `output`; `samples` blocks of `block_size` tokens are
     drawn by the longest run. Returns what was made (parameters, corpus tokens) for the report."""
@@ -80,8 +85,7 @@ def make_inputs(name: str, output: Path, samples: int, block_size: int) -> dict:
     from zerokit.sources.embedded import prepare_embedded
 
     p = PRESETS[name]
-    if block_size > p.positions:
-        raise UserError(f"--block-size {block_size} is past the preset {name}'s {p.positions} positions")
+    check_block_size(name, block_size)
     files, tokenizer_dir = prepare_embedded(output / "cache" / "embedded")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     vocab = p.vocab or 64 * math.ceil(len(tokenizer) / 64)

@@ -221,6 +221,13 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path: Path, zk_env):
     result_ = run_zerokit(["bench", "--output", str(tmp_path / "new"), "--ranks", "0"], zk_env)
     assert result_.returncode == 2 and "at least 1" in result_.stderr
     assert not (tmp_path / "new").exists()
+    # What train would refuse in the first run is refused before --overwrite replaces the earlier report.
+    again = ["bench", "--output", str(existing), "--overwrite"]
+    result_ = run_zerokit([*again, "--", "--lerning_rate", "1e-4"], zk_env)
+    assert result_.returncode == 2 and "unknown flag --lerning_rate: did you mean --learning_rate?" in result_.stderr
+    result_ = run_zerokit([*again, "--preset", "tiny", "--block-size", "65"], zk_env)
+    assert result_.returncode == 2 and "--block-size 65 is past the preset tiny's 64 positions" in result_.stderr
+    assert (existing / "report.md").read_text() == "keep me"
 
 
 def test_a_tiny_models_mfu_is_not_printed_as_zero():
