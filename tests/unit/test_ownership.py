@@ -139,3 +139,11 @@ def test_a_process_that_ends_holding_a_folder_it_never_claimed_takes_away_what_i
     assert sorted(p.name for p in (tmp_path / "claimed").iterdir()) == sorted(
         [ownership.LOCK_NAME, ownership.RECORD_NAME]
     )
+
+
+def test_a_build_beside_that_fails_leaves_no_folder_it_made(tmp_path: Path):
+    output = tmp_path / "new" / "blocks"
+    with pytest.raises(RuntimeError), ownership.built_beside(output, "prepare tokenize", "--output") as partial:
+        write(partial / "data.arrow")
+        raise RuntimeError("the tokenizer broke")
+    assert list(tmp_path.iterdir()) == []

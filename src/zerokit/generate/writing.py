@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.files import write_atomically
-from zerokit.outputs.ownership import check_writable, take_lock
+from zerokit.outputs.ownership import check_writable, lock_beside, release_beside
 
 ROW_ID = "row"  # the field of an output row that holds its id: its index in the input
 ERROR = "error"  # the field of an output row that has no answer: why (zerokit.generate.prompts.Row.error)
@@ -46,7 +46,6 @@ class FileRows:
     def __init__(self, output: Path, *, resume: bool, overwrite: bool) -> None:
         self.output = output
         self.partial = output.with_name(f".{output.name}.partial")
-        self.lock_path = output.with_name(f".{output.name}.lock")
         if not (resume or overwrite):
             if output.exists():
                 raise UserError(f"output {output} exists: pick another --output, or pass --overwrite (or --resume)")
@@ -56,8 +55,7 @@ class FileRows:
                     "keep them, or --overwrite to start again"
                 )
         check_writable(output.parent, "--output")
-        output.parent.mkdir(parents=True, exist_ok=True)
-        self.lock = take_lock(self.lock_path, "generate", output)
+        self.lock = lock_beside(output, "generate")  # a run that fails before the output is whole leaves no lock
         if overwrite:
             self.partial.unlink(missing_ok=True)
         elif resume and not self.partial.exists() and output.is_file():
@@ -84,8 +82,7 @@ class FileRows:
             rows.sort(key=lambda row: row[ROW_ID])
             write_atomically(self.partial, "".join(json.dumps(row) + "\n" for row in rows))
         os.replace(self.partial, self.output)
-        self.lock_path.unlink(missing_ok=True)  # before closing: a waiting opener then retries on a new file
-        self.lock.close()
+        release_beside(self.output, self.lock)
 
 
 def read_done(path: Path) -> dict[int, dict]:

@@ -71,8 +71,9 @@ def written_by_earlier_run(folder: Path, record: OutputRecord | None) -> set[str
 
 
 _held_locks: list[TextIO] = []  # open for the life of the process: closing one would release it
-# Folders this process holds but has not claimed (begin): the lock file it made (None: it was there) and the
-# folders it made, innermost first; taken away when the process ends with them unclaimed.
+# Locks this process holds on outputs it has not claimed yet (a folder that begin has not claimed, a file that
+# release_beside has not released), by lock file: the lock file if it made it (None: it was there) and the folders it
+# made, innermost first; taken away when the process ends with them unclaimed.
 _unclaimed: dict[Path, tuple[Path | None, list[Path]]] = {}
 
 
@@ -130,7 +131,28 @@ def hold_lock(folder: Path, command: str) -> None:
     lock = folder / LOCK_NAME
     made_lock = not lock.exists()
     _held_locks.append(take_lock(lock, command, folder))
-    _unclaimed[folder.absolute()] = (lock if made_lock else None, made)
+    _unclaimed[lock.absolute()] = (lock if made_lock else None, made)
+
+
+def lock_beside(output: Path, command: str) -> TextIO:
+    """The lock beside an output that a command writes whole at its end (`.NAME.lock`; generate's rows): a second
+    writer fails at once. Until release_beside, the lock file and the folders made for it are taken away when the
+    process ends: a run that fails first leaves no lock file (its partial rows, kept for a resume, stay)."""
+    lock_path = output.with_name(f".{output.name}.lock")
+    made = missing_folders(output.parent)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    made_lock = not lock_path.exists()
+    handle = take_lock(lock_path, command, output)
+    _unclaimed[lock_path.absolute()] = (lock_path if made_lock else None, made)
+    return handle
+
+
+def release_beside(output: Path, handle: TextIO) -> None:
+    """The output is whole: its lock file goes and the lock is let go."""
+    lock_path = output.with_name(f".{output.name}.lock")
+    _unclaimed.pop(lock_path.absolute(), None)
+    lock_path.unlink(missing_ok=True)  # before closing: a waiting opener then retries on a new file
+    handle.close()
 
 
 def missing_folders(folder: Path) -> list[Path]:
@@ -147,12 +169,17 @@ def _leave_unclaimed() -> None:
     for lock, folders in _unclaimed.values():
         if lock is not None:
             lock.unlink(missing_ok=True)  # held still: a waiting opener retries on a new file (take_lock)
-        for folder in folders:
-            try:
-                folder.rmdir()
-            except OSError:  # someone wrote into it meanwhile: kept, and its parents with it
-                break
+        remove_empty(folders)
     _unclaimed.clear()
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove folders, innermost first, while they are empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # someone wrote into it meanwhile: kept, and its parents with it
+            break
 
 
 atexit.register(_leave_unclaimed)  # zerokit.foundations.process_end's exit runs it too
@@ -176,8 +203,10 @@ def built_beside(output: Path, command: str, flag: str) -> Iterator[Path]:
     someone changed the output meanwhile (a file put into it is never deleted: the run fails and says
     where its result is). A full file system ends the run in one line naming it, the partial output
     removed; any other failure removes the partial output too. The output's prior checks (may it be
-    replaced at all) are the command's, done before.
+    replaced at all) are the command's, done before. A run that fails leaves none of the folders it made for the
+    output, unless something else is in them.
     """
+    made = missing_folders(output.parent)
     output.parent.mkdir(parents=True, exist_ok=True)
     lock_path = output.with_name(f".{output.name}.lock")
     lock = take_lock(lock_path, command, output)
@@ -212,6 +241,8 @@ def built_beside(output: Path, command: str, flag: str) -> Iterator[Path]:
     finally:
         lock_path.unlink(missing_ok=True)  # before closing: a waiting opener then retries on a new file
         lock.close()
+        if not output.exists():
+            remove_empty(made)
 
 
 def mount_point(path: Path) -> Path:
@@ -231,7 +262,7 @@ def begin(folder: Path, command: str, *, replace: bool) -> OutputRecord:
     that does not load) leaves the folder as it was.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    _unclaimed.pop(folder.absolute(), None)  # claimed: what hold_lock made stays with the run
+    _unclaimed.pop((folder / LOCK_NAME).absolute(), None)  # claimed: what hold_lock made stays with the run
     record = read_record(folder)
     if record is not None and not replace:
         return OutputRecord(command=record.command, foreign=record.foreign)
