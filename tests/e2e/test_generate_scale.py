@@ -219,3 +219,5 @@ def test_bad_inputs_fail_in_one_line_before_the_model_loads(folder: Path, env, t
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / ".out.jsonl.lock").exists()  # refused after the output's lock (--resume's check): it went
+    interrupted = json.dumps({"row": 0, "prompt": "a"}) + "\n"
+    assert (tmp_path / ".out.jsonl.partial").read_text() == interrupted  # kept by a refused --overwrite too

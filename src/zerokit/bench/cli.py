@@ -146,7 +146,6 @@ def parse(argv: list[str]) -> BenchConfig:
     if config is None:
         raise UserError("bench times DeepSpeed: give a config (zero1, zero2, zero3, zero3-offload or a file)")
     check_ds_config(config)
-    check_train_flags(args, config, train_args)
     import torch
 
     on_gpu = torch.cuda.is_available()
@@ -159,7 +158,7 @@ def parse(argv: list[str]) -> BenchConfig:
             f"bench: zerokit.bench.flops has no {precision} peak for {torch.cuda.get_device_name(0)!r}, so MFU cannot "
             f"be reported: give --peak-tflops N (the data sheet's dense {precision} TFLOPS per GPU)"
         )
-    return BenchConfig(
+    cfg = BenchConfig(
         output=args.output.resolve(),
         ranks=args.ranks,
         nodes=args.nodes,
@@ -195,28 +194,28 @@ def parse(argv: list[str]) -> BenchConfig:
         precision=precision,
         preset=args.preset,
     )
+    check_train_flags(cfg)
+    return cfg
 
 
-def check_train_flags(args: BenchFlags, config: Path, train_args: list[str]) -> None:
-    """train's own checks (no torch) of the flags bench gives its runs, before bench claims --output: a flag after `--`
-    that train refuses, a --block-size it refuses, a --model or --dataset that is not there fail now, in one line, and
-    not in the first run, after an earlier report was replaced. A preset's model and corpus are made after the claim:
-    its block size is checked against its model's positions instead."""
+def check_train_flags(cfg: BenchConfig) -> None:
+    """train's own checks (no torch) of the command line bench's runs give it, built as they build it, before bench
+    claims --output: a flag after `--` that train refuses, a --block-size it refuses, a --model or --dataset that is
+    not there fail now, in one line, and not in the first run, after an earlier report was replaced. A preset's model
+    and corpus are made after the claim: its block size is checked against its model's positions instead. What train
+    checks in its ranks (a model's own limits, the Hub's cache) is still found by the first run."""
+    from zerokit.bench.plan import zerokit_run
     from zerokit.sources.model_source import is_path, require_model_folder
     from zerokit.train.cli import parse as parse_train
 
-    argv = ["--config", str(config), *train_args]
-    if args.block_size is not None:
-        argv += ["--block-size", str(args.block_size)]
-    if args.preset:
+    run = zerokit_run(cfg, "check", "scaling", 1, max(cfg.ranks))
+    options, _ = parse_train(list(run.argv[run.argv.index("train") + 1 :]), read_files=cfg.preset is None)
+    if cfg.preset:
         from zerokit.bench.presets import check_block_size
 
-        check_block_size(args.preset, args.block_size or 0)
-    else:
-        argv += ["--dataset", args.dataset] if args.dataset else []
-        if args.model and is_path(args.model):
-            require_model_folder("--model", args.model)
-    parse_train(argv)
+        check_block_size(cfg.preset, options.block_size or 0)  # the runs' own: a --block-size after `--` wins
+    elif cfg.model and is_path(cfg.model):
+        require_model_folder("--model", cfg.model)
 
 
 def checked_overhead_switches(text: str, on_gpu: bool) -> tuple[str, ...]:

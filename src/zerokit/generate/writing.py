@@ -56,9 +56,10 @@ class FileRows:
                 )
         check_writable(output.parent, "--output")
         self.lock = lock_beside(output, "generate")  # a run that fails before the output is whole leaves no lock
-        if overwrite:
-            self.partial.unlink(missing_ok=True)
-        elif resume and not self.partial.exists() and output.is_file():
+        # --overwrite starts the partial rows again with its first write, so that a run refused before (a chat
+        # template missing, say) leaves an interrupted run's rows as they were
+        self.mode = "wb" if overwrite else "ab"
+        if resume and not self.partial.exists() and output.is_file():
             write_atomically(self.partial, output.read_text())  # a finished output, given more rows to do
         self.done = read_done(self.partial) if resume else {}
         self.where = str(output)
@@ -67,15 +68,16 @@ class FileRows:
     def write(self, rows: list[dict]) -> None:
         """Append one batch in one write, on disk before the next batch starts."""
         if self.handle is None:
-            self.handle = self.partial.open("ab")
+            self.handle = self.partial.open(self.mode)
         self.handle.write("".join(json.dumps(row) + "\n" for row in rows).encode())
         self.handle.flush()
         os.fsync(self.handle.fileno())
 
     def finish(self) -> None:
         """Every row is done: the output becomes the rows in input order, in one rename."""
-        if self.handle is not None:
-            self.handle.close()
+        if self.handle is None:  # no row written: the partial as it is (--overwrite: emptied)
+            self.handle = self.partial.open(self.mode)
+        self.handle.close()
         rows = list(read_done(self.partial).values())
         rewritten = self.partial.read_bytes().count(b"\n") > len(rows)  # a row without an answer, answered later
         if rewritten or [row[ROW_ID] for row in rows] != sorted(row[ROW_ID] for row in rows):

@@ -165,7 +165,8 @@ def missing_folders(folder: Path) -> list[Path]:
 
 
 def _leave_unclaimed() -> None:
-    """At exit: remove what hold_lock made for a folder that no run claimed (the lock file, then empty folders)."""
+    """At exit: remove what hold_lock and lock_beside made for outputs never claimed or released (the lock file,
+    then the folders made for it, while empty)."""
     for lock, folders in _unclaimed.values():
         if lock is not None:
             lock.unlink(missing_ok=True)  # held still: a waiting opener retries on a new file (take_lock)

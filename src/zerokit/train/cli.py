@@ -48,8 +48,11 @@ def hf_differences_text() -> str:
     return "\n".join(["where train differs from Hugging Face's TrainingArguments defaults:", *lines, embedded])
 
 
-def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[TrainFlags, list[str]]:
-    """Split argv into zerokit's options (validated) and the TrainingArguments flags."""
+def parse(
+    argv: list[str], environ: Mapping[str, str] = os.environ, *, read_files: bool = True
+) -> tuple[TrainFlags, list[str]]:
+    """Split argv into zerokit's options (validated) and the TrainingArguments flags. read_files: read --dataset's
+    files (False: bench's check of a preset's runs, whose corpus is made later)."""
     parser = build_parser(environ)
     namespace, hf_argv = parser.parse_known_args(argv)
     check_hf_flags(hf_argv, option_strings(parser))
@@ -66,7 +69,7 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> tuple[Tra
     check_memory_checkpoints(options)
     if options.from_scratch and not options.model:
         raise UserError("--from-scratch needs --model (whose config is used); or use --model-type")
-    if options.dataset and environ.get("LOCAL_RANK", "0") == "0":  # once per node: it reads the files whole
+    if read_files and options.dataset and environ.get("LOCAL_RANK", "0") == "0":  # once per node: read whole
         from zerokit.sources.data import check_text_files, resolve_source
 
         check_text_files(resolve_source(options.dataset))  # a missing, empty or binary file fails now
