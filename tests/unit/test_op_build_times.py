@@ -68,3 +68,16 @@ def test_the_gpu_proof_lists_the_venv_steps_timed_lines(tmp_path: Path):
     reused = "cached-ds-wheel: reused /root/.cache/zerokit/ds-wheels/cuda-0123 (built from the same inputs)"
     log.write_text(f"{timed[0]}\n{reused}\n")
     assert proof.venv_phases(log) == [timed[0], reused]
+
+
+def test_the_gpu_proof_refuses_an_unknown_bench_group_before_any_step(tmp_path: Path):
+    """--bench-skip is checked against bench's own groups at once, not when the bench step starts in a lease."""
+    import subprocess
+    import sys
+
+    from zerokit.bench.plan import SKIPPABLE
+
+    proof = [sys.executable, str(REPO / "tests" / "gpu" / "proof"), "--output", str(tmp_path / "proof")]
+    result = subprocess.run([*proof, "--bench-skip", "checkpoint,overhed"], capture_output=True, text=True)
+    assert result.returncode == 2 and "--bench-skip: unknown group(s) overhed: pick from " in result.stderr
+    assert ", ".join(SKIPPABLE) in result.stderr and not (tmp_path / "proof").exists()
