@@ -90,17 +90,18 @@ def leftovers(cluster: Cluster) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("nodes", [2, 3])
-def test_check_over_srun_passes_and_reports_every_node_and_link(cluster3: Cluster, tmp: Path, nodes: int):
+def test_check_over_srun_passes_and_reports_every_node_and_link(cluster3: Cluster, tmp: Path):
+    """Three nodes, three links (two nodes pass in test_check_then_runs_the_command_on_every_rank)."""
+    nodes = 3
     code, output, seconds = srun_check(cluster3, tmp, nodes, "--json")
     assert code == 0, output[-4000:]
     assert_healthy(report_of(output), [f"node{i}" for i in range(1, nodes + 1)])
     print(f"launch --check-only over srun, {nodes} nodes: {seconds:.1f} s")
 
 
-@pytest.mark.parametrize("nodes", [2, 3])
-def test_check_over_host_mpirun_passes(cluster3: Cluster, tmp: Path, nodes: int):
-    hosts = [f"node{i}" for i in range(1, nodes + 1)]
+def test_check_over_host_mpirun_passes(cluster3: Cluster, tmp: Path):
+    """Three nodes (the mpirun job script of test_mpirun_job_script_with_check_runs_it_then_trains checks two)."""
+    hosts = ["node1", "node2", "node3"]
     (tmp / "hosts").write_text("\n".join(hosts) + "\n")
     env = node_env(tmp, OMPI_MCA_plm_rsh_agent=str(cluster3.rsh_agent), OMPI_MCA_pml="ob1", OMPI_MCA_btl="tcp,self")
     printed = cluster3.run("node1", ["launch", "--launcher", "mpirun", "--hostfile", str(tmp / "hosts"),

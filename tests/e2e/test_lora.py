@@ -61,6 +61,8 @@ def test_lora_saves_an_adapter_and_merges(tmp_path: Path, zk_env, base, config: 
     assert not torch.equal(merged.state_dict()[name], original.state_dict()[name])
     assert torch.equal(merged.state_dict()["transformer.wte.weight"], original.state_dict()["transformer.wte.weight"])
 
+    if config == "zero2":
+        return  # the adapter's files are the same under both: generate reads zero3's once, below
     # generate from the adapter on its base (named in adapter_config.json) equals the merged model's.
     prompts = ["three plus four is", "the quick foxes"]
     outputs = {}

@@ -1,7 +1,8 @@
 """zerokit-run.json on a real run: every field filled, in the output folder and each checkpoint, the
-resume chain, no secret; `doctor --against` it passes here and names planted differences (another
-DeepSpeed config value, another lock, another NCCL setting), one line each. A resume into the run as another model
-is refused in one line before anything is written: every byte of the folder, its records too, stays.
+resume chain; no token planted on the command line or in the environment reaches a file of the run or its output;
+`doctor --against` it passes here and names planted differences (another DeepSpeed config value, another lock,
+another NCCL setting), one line each. A resume into the run as another model is refused in one line before
+anything is written: every byte of the folder, its records too, stays.
 
 Two short 2-rank ZeRO-3 runs on CPU (the second resumes the first), three doctor runs and a refused resume: about
 2 min.
@@ -16,13 +17,20 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import REPO, isolated_env, run_zerokit
 from zerokit.foundations.files import sha256_file
 from zerokit.outputs.checkpoints import SIZES_NAME, damage
 from zerokit.outputs.ownership import read_record
 
-SECRET = "hf_provenanceTestMarker123"
+# Tokens planted on the command line and in the environment: none may reach a file of the run or its output.
+TOKENS = {
+    "--hub_token": "hf_plantedOnTheCommandLine4711",
+    "HF_TOKEN": "hf_plantedInHfTokenVariable4711",
+    "HUGGING_FACE_HUB_TOKEN": "hf_plantedInTheOldVariable4711",
+}
+SECRET = TOKENS["HF_TOKEN"]
 TINY_LLAMA = "hidden_size=64,intermediate_size=128,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2"
 
 
@@ -31,7 +39,9 @@ def train(output: Path, config: Path, env: dict[str, str], steps: int, *extra: s
     argv += ["--max_steps", str(steps), "--per_device_train_batch_size", "8", "--save_strategy", "steps"]
     result = run_zerokit([*argv, "--save_steps", "2", *extra], env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert SECRET not in result.stdout + result.stderr  # nor in the logs
+    printed = result.stdout + result.stderr
+    assert not [name for name, token in TOKENS.items() if token in printed]  # nor in the logs
+    return printed
 
 
 def doctor(record: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -40,17 +50,39 @@ def doctor(record: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
-    """A run of 4 steps resumed to 6, with a copy of zero3.json as its config."""
+    """A run of 4 steps resumed to 6, with a copy of zero3.json as its config, the tokens planted in both."""
     tmp = tmp_path_factory.mktemp("provenance")
-    env = isolated_env(tmp)  # one environment for the module's shared run
-    env.update(NCCL_DEBUG="WARN", HF_TOKEN=SECRET)
+    env = isolated_env(tmp)  # one environment for the module's shared run, its caches under tmp
+    env.update(NCCL_DEBUG="WARN", HF_TOKEN=SECRET, HUGGING_FACE_HUB_TOKEN=TOKENS["HUGGING_FACE_HUB_TOKEN"])
     config = tmp / "ds.json"
     shutil.copy(REPO / "configs" / "zero3.json", config)
     output = tmp / "run"
-    train(output, config, env, 4)
+    planted = ("--hub_token", TOKENS["--hub_token"], "--timings-dir", str(tmp / "timings"))
+    printed = train(output, config, env, 4, *planted)
     first = json.loads((output / "zerokit-run.json").read_text())
-    train(output, config, env, 6, "--resume", "auto", "--hub_token", SECRET)  # a secret on the command line too
+    printed += train(output, config, env, 6, "--resume", "auto", *planted)
+    assert "resuming from" in printed and (output / "checkpoint-6").is_dir()
     return output, config, {**env, "_first_started_at": first["started_at"]}
+
+
+def test_no_file_of_the_run_holds_a_token(run):
+    """Every file under the run's folders (the output, its checkpoints, --timings-dir, the caches); and
+    training_args.bin still loads, its token field redacted."""
+    output, _, _ = run
+    root = output.parent
+    holding = [
+        f"{path.relative_to(root)} holds {name}'s token"
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and not path.is_symlink()
+        for name, token in TOKENS.items()
+        if token.encode() in path.read_bytes()
+    ]
+    assert holding == []
+    assert any((root / "timings").iterdir())
+    saved = [output / "training_args.bin", *output.glob("checkpoint-*/training_args.bin")]
+    assert len(saved) == 4  # the model's, checkpoint-2's, -4's and -6's
+    for path in saved:
+        assert torch.load(path, weights_only=False).hub_token == "<redacted>"
 
 
 def test_the_record_holds_every_field_with_real_values(run):

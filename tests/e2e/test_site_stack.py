@@ -156,7 +156,7 @@ def test_the_gpu_proof_runs_its_steps_on_cpu_ranks_and_writes_one_report(site: S
     assert report["bench"]["configs"] == []  # as on the GPU: no configs rows (tests/e2e/test_bench.py has them)
     assert report["bench"]["checkpoint"] is None  # --bench-skip: the group test_bench.py runs on CPU ranks
     speed = {row["switch"]: row for row in report["bench"]["speed"]}  # the speed table: CPU ranks' switches
-    assert list(speed) == ["eager", "cross-entropy", "all"] and speed["cross-entropy"]["tokens_per_s"] > 0
+    assert list(speed) == ["eager", "cross-entropy"] and speed["cross-entropy"]["tokens_per_s"] > 0  # one: no "all"
     eager_loss = speed["eager"]["last_loss"]  # the chunked cross-entropy trains the same curve, to rounding
     assert speed["cross-entropy"]["last_loss"] == pytest.approx(eager_loss, rel=1e-4)
     markdown = (out / "report.md").read_text()

@@ -216,8 +216,11 @@ def without_batch_size(argv: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def speed_runs(cfg: BenchConfig, ranks: int) -> list[Run]:
-    """Each switch alone, then all of them: the eager row is the scaling run of the same ranks."""
-    rows = [*cfg.speed, ("all", tuple(word for _, flags in cfg.speed for word in flags))] if cfg.speed else []
+    """Each switch alone, then all of them where there are two or more (one switch's `all` would be its own run
+    again): the eager row is the scaling run of the same ranks."""
+    rows = list(cfg.speed)
+    if len(rows) > 1:
+        rows.append(("all", tuple(word for _, flags in cfg.speed for word in flags)))
     return [speed_run(cfg, name, flags, ranks) for name, flags in rows]
 
 

@@ -489,7 +489,8 @@ def configs_section(rows: list[dict]) -> list[str]:
 
 
 def speed_section(rows: list[dict], switches: tuple[tuple[str, tuple[str, ...]], ...]) -> list[str]:
-    lines = ["", "## Speed switches: eager, each switch alone, then all together", ""]
+    together = ", then all together" if len(switches) > 1 else ""
+    lines = ["", f"## Speed switches: eager, each switch alone{together}", ""]
     if not rows:
         return [*lines, "Not run (with `--preset` only; `--skip speed`)."]
     flags = {name: " ".join(words) for name, words in switches}

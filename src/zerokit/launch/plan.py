@@ -38,8 +38,11 @@ from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
 from zerokit.launch.supervisor import DEFAULT_STOP_GRACE
 
 # Variables the remote launches inherit from the head node (pdsh/ssh gives them a bare login
-# environment). Tokens are left out on purpose: they would show on the remote command line.
-FORWARDED_PREFIXES = ("ZEROKIT_", "HF_", "NCCL_", "GLOO_", "TORCH_", "TRANSFORMERS_", "DS_", "CUDA_", "OMP_")
+# environment). Tokens are left out on purpose: they would show on the remote command line. TORCHINDUCTOR_ (not
+# under TORCH_): torch.compile's cache folder and switches, as bench gives each compiled run its own cache.
+FORWARDED_PREFIXES = (
+    "ZEROKIT_", "HF_", "NCCL_", "GLOO_", "TORCH_", "TORCHINDUCTOR_", "TRANSFORMERS_", "DS_", "CUDA_", "OMP_",
+)  # fmt: skip
 FORWARDED_NAMES = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "TRITON_CACHE_DIR")
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 # launch's --strict-ops and --stop-grace, as the nodes' launches read them.

@@ -204,7 +204,8 @@ def test_pmix_alone_cannot_tell_the_world_size():
 def test_pdsh_head_node_starts_one_launch_per_host(tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("node1 slots=2\nnode2 slots=2\n")
-    environ = {"PATH": "/venv/bin:/usr/bin", "HF_HOME": "/data/hf", "HF_TOKEN": "hf_secret", "HOME": "/root"}
+    environ = {"PATH": "/venv/bin:/usr/bin", "HF_HOME": "/data/hf", "HF_TOKEN": "hf_secret", "HOME": "/root",
+               "TORCHINDUCTOR_CACHE_DIR": "/data/inductor"}  # fmt: skip
     p = make_plan(["--launcher", "pdsh", "--hostfile", str(hostfile), "--nproc-per-node", "2", "train"], environ)
     assert (p.mode, p.environment, p.hosts, p.world_size, p.main_address, p.main_port) == (
         "remote",
@@ -220,7 +221,7 @@ def test_pdsh_head_node_starts_one_launch_per_host(tmp_path):
                                   "ServerAliveCountMax=3", "%h")  # fmt: skip
     line = command.argv[16]
     remote = "/venv/bin/python -m zerokit launch --hosts node1,node2 --node-host %h --stop-when-stdin-closes "
-    assert f"env HF_HOME=/data/hf PATH=/venv/bin:/usr/bin {remote}" in line
+    assert f"env HF_HOME=/data/hf PATH=/venv/bin:/usr/bin TORCHINDUCTOR_CACHE_DIR=/data/inductor {remote}" in line
     assert line.endswith(
         "--nproc-per-node 2 --master-addr node1 --master-port 29500 -- /venv/bin/python -m zerokit train"
     )
