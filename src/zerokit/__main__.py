@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"error: unknown command {name!r}\n{usage()}", file=sys.stderr)
+        known = ", ".join(COMMANDS)
+        sys.stderr.write(f"error: unknown command {name!r}: one of {known} (`zerokit --help` says what each does)\n")
         return 2
     module_name, function_name = COMMANDS[name].main.split(":")
     function = getattr(importlib.import_module(module_name), function_name)

@@ -44,6 +44,9 @@ def train(out: Path, *args: str) -> list[str]:
         (["--block-size", "1"], "--block-size (ZEROKIT_BLOCK_SIZE) must be at least 2"),
         (["--model", "/no/such/dir"], "--model /no/such/dir: no such folder"),
         (["--tokenizer", "./missing-tokenizer"], "--tokenizer ./missing-tokenizer: no such folder"),
+        # written when training ends, before the model: found at the door, not after the run
+        (["--timings-dir", "/etc/passwd/t"], "--timings-dir /etc/passwd/t: /etc/passwd is a file, not a folder"),
+        (["--compile", "bogus"], "argument --compile: invalid choice: 'bogus'"),  # argparse's, in one line too
     ],
 )
 def test_train_refuses_bad_flags_before_torch(tmp_path: Path, no_torch_env, flags: list[str], says: str):

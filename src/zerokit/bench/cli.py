@@ -25,6 +25,7 @@ from zerokit.bench.plan import (
     plan_runs,
     speed_switches,
 )
+from zerokit.foundations import values
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, flag, flag_value, from_namespace
 from zerokit.foundations.values import int_list
@@ -74,13 +75,20 @@ class BenchFlags:
         "NAME+ppN: with train --pp-size N (a ZeRO-1 config: zero1+pp2) "
         "(default: zero2,zero3,zero3-offload,none)",
     )
-    steps: int = flag("--steps", type=int, default=40, help="optimizer steps per run (default: 40)")
+    steps: int = flag("--steps", check=values.count, default=40, help="optimizer steps per run (default: 40)")
     warmup_steps: int = flag(
-        "--warmup-steps", type=int, default=5, help="steps after the first left out of throughput (default: 5)"
+        "--warmup-steps",
+        check=values.none_or_more,
+        default=5,
+        help="steps after the first left out of throughput (default: 5)",
     )
-    eval_steps: int = flag("--eval-steps", type=int, default=20, help="evaluate every N steps (default: 20)")
-    batch_size: int = flag("--batch-size", type=int, default=16, help="samples per rank per step (default: 16)")
-    repeats: int = flag("--repeats", type=int, default=5, help="rounds of the overhead comparison (default: 5)")
+    eval_steps: int = flag("--eval-steps", check=values.count, default=20, help="evaluate every N steps (default: 20)")
+    batch_size: int = flag(
+        "--batch-size", check=values.count, default=16, help="samples per rank per step (default: 16)"
+    )
+    repeats: int = flag(
+        "--repeats", check=values.count, default=5, help="rounds of the overhead comparison (default: 5)"
+    )
     overhead_switches: str = flag(
         "--overhead-switches",
         default="",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from zerokit.foundations.errors import UserError
 
@@ -94,10 +94,18 @@ def zerokit_variable(option: str) -> str:
     return f"ZEROKIT_{option.lstrip('-').upper().replace('-', '_')}"
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse's usage errors (a choice not offered, a missing argument) in one line, as zerokit's own: `error: ...`,
+    pointing at --help where argparse would print the whole usage above it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (`{self.prog} --help` lists the flags)\n")
+
+
 def command_parser(options: type, environ: Mapping[str, str], **parser_kwargs: Any) -> argparse.ArgumentParser:
     """A command's parser (prog, description ... as for ArgumentParser), its flags those of options."""
     # allow_abbrev off: a prefix (--nproc 2) is an unknown flag, not silently another one
-    parser = argparse.ArgumentParser(allow_abbrev=False, **parser_kwargs)
+    parser = OneLineErrors(allow_abbrev=False, **parser_kwargs)
     add_flags(parser, options, environ)
     setattr(parser, OPTIONS_OF, options)
     return parser

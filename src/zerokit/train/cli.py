@@ -154,10 +154,24 @@ def check_output_dir(path: Path, overwrite: bool, resume: str | None) -> None:
     )
 
 
+def check_other_folders(options: TrainFlags) -> None:
+    """The other folders a run writes into, found now, not when it writes there: --timings-dir at the end of
+    training (before the model is saved), --memory-checkpoint-dir at its first memory checkpoint."""
+    from zerokit.outputs import ownership
+
+    for flag, folder in (
+        ("--timings-dir", options.timings_dir),
+        ("--memory-checkpoint-dir", options.memory_checkpoint_dir),
+    ):
+        if folder is not None:
+            ownership.check_writable(folder, flag)
+
+
 def main(argv: list[str]) -> int:
     options, hf_argv = parse(argv)
     # Every rank checks before the rendezvous; nothing is written to the output folder before it.
     check_output_dir(options.output_dir, options.overwrite, options.resume)
+    check_other_folders(options)
     check_hub_inputs(options)
     layout = check_layout(options, os.environ)
     if options.ds_config:  # against DeepSpeed's own keys: imports it (seconds), so after the checks that need no torch

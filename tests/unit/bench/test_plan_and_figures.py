@@ -220,6 +220,8 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path: Path, zk_env):
     assert result_.returncode == 2 and "leaves nothing to time" in result_.stderr
     result_ = run_zerokit(["bench", "--output", str(tmp_path / "new"), "--ranks", "0"], zk_env)
     assert result_.returncode == 2 and "at least 1" in result_.stderr
+    result_ = run_zerokit(["bench", "--output", str(tmp_path / "new"), "--repeats", "0"], zk_env)  # was a TypeError
+    assert (result_.returncode, result_.stderr) == (2, "error: --repeats (ZEROKIT_REPEATS) must be at least 1, got 0\n")
     assert not (tmp_path / "new").exists()
     # What train would refuse in the first run is refused before --overwrite replaces the earlier report.
     again = ["bench", "--output", str(existing), "--overwrite"]
@@ -274,9 +276,10 @@ def test_the_baselines_are_the_plain_script_with_and_without_deepspeed_and_the_r
     assert {r.variant for r in skipped if r.group == "overhead"} == {"zerokit", "plain", "zerokit-no-preemption"}
 
 
-def test_the_clock_counts_the_tokens_a_short_last_batch_really_had(tmp_path: Path):
+def test_the_clock_counts_the_tokens_a_short_last_batch_really_had(tmp_path: Path, capsys):
     """StepClock driven as the Trainer drives it (its hooks, its state's token count): an epoch of 3 full steps of
-    64 tokens and a short one of 16; throughput is the counted tokens over the steps' time, not 4 full steps."""
+    64 tokens and a short one of 16; throughput is the counted tokens over the steps' time, not 4 full steps. A
+    folder it cannot write costs the run one line, not its end (the model is saved after the clock's on_train_end)."""
     import json
     from types import SimpleNamespace
 
@@ -299,6 +302,15 @@ def test_the_clock_counts_the_tokens_a_short_last_batch_really_had(tmp_path: Pat
     figures = summarize(run, [{**record, "first_step_end": 1.0}], 0.0, 10.0, warmup_steps=0)
     assert figures.tokens_per_second == 208 / 4 and figures.samples_per_second == 208 / 4 / 16
     assert figures.tokens_counted and figures.steps_per_second == 1.0
+
+    (tmp_path / "a-file").write_text("")
+    unwritable = StepClock(tmp_path / "a-file" / "timings", tokens_per_sample=16)
+    unwritable.on_train_begin(args, state, None)
+    unwritable.on_step_end(args, state, None)
+    unwritable.on_train_end(args, state, None)  # no exception
+    assert f"zerokit: the step times were not written to {tmp_path / 'a-file' / 'timings' / 'rank-0.json'}: " in (
+        capsys.readouterr().err
+    )
 
 
 def test_a_preset_is_flags_the_users_own_override(tmp_path: Path):

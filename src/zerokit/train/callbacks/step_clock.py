@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import resource
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -205,5 +206,11 @@ class StepClock(TrainerCallback):
         self.write(args)
 
     def write(self, args) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        write_json(self.folder / f"rank-{args.process_index}.json", {**self.record, "evals": self.evals}, indent=None)
+        """The rank's file. Where it cannot be written, one line says so and training's end goes on: the model is
+        saved after this callback, and a run is worth more than its timings (train checks --timings-dir first)."""
+        path = self.folder / f"rank-{args.process_index}.json"
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_json(path, {**self.record, "evals": self.evals}, indent=None)
+        except OSError as error:
+            print(f"zerokit: the step times were not written to {path}: {error}", file=sys.stderr, flush=True)
