@@ -144,6 +144,10 @@ def test_prepare_with_a_missing_tokenizer_is_one_line(tmp_path: Path, no_torch_e
     corpus.write_text("some text\n" * 10)
     argv = ["prepare", "tokenize", str(corpus), "--tokenizer", "/missing", "--output", str(tmp_path / "blocks")]
     assert "--tokenizer /missing: no such folder" in one_line_error(run_zerokit(argv, no_torch_env))
+    corpus.write_text("")  # as train refuses it, before the tokenizer loads (this one would be the Hub's)
+    argv = ["prepare", "tokenize", str(corpus), "--tokenizer", "gpt2", "--output", str(tmp_path / "blocks")]
+    assert f"dataset {corpus} is empty: give a file with text in it" in one_line_error(run_zerokit(argv, no_torch_env))
+    assert not (tmp_path / "blocks").exists()
 
 
 def test_prepare_overwrite_never_deletes_a_folder_it_did_not_write(tmp_path: Path, zk_env):

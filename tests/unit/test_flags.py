@@ -105,6 +105,8 @@ SAMPLES = {
     values.seconds_or_zero: ("12.5", 12.5),
     values.factor: ("3", 3.0),
     values.probability: ("0.25", 0.25),
+    values.temperature: ("0.7", 0.7),
+    values.top_p: ("0.9", 0.9),
     train_options.micro_batch_value: ("auto", "auto"),
     launch_config.address: (" 10.1.2.3 ", "10.1.2.3"),
     launch_config.main_port: ("29400", 29400),

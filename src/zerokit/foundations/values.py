@@ -91,6 +91,22 @@ def probability(name: str, value: str) -> float:
     return number
 
 
+def temperature(name: str, value: str) -> float:
+    """A sampling temperature: 0 (greedy) or more."""
+    number = _number(value)
+    if not (math.isfinite(number) and number >= 0):
+        raise UserError(f"{name}={value!r} is not a temperature: give 0 (greedy) or more, e.g. 0.7")
+    return number
+
+
+def top_p(name: str, value: str) -> float:
+    """Nucleus sampling's share of the probability mass: above 0, at most 1 (1: all of it)."""
+    number = _number(value)
+    if not 0 < number <= 1:
+        raise UserError(f"{name}={value!r} is not a share of the probability mass: give one above 0 and at most 1")
+    return number
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """Counts of at least 1, comma-separated ("1,2,4"): an argparse type."""
     try:

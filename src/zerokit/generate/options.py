@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from zerokit.foundations import values
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.foundations.values import count
@@ -76,8 +77,8 @@ class GenerateFlags:
         help="a row whose prompt and new tokens pass the model's context: cut its prompt's oldest tokens and cap "
         "its new tokens, with one warning per run (left), or refuse the run before the model loads (error)",
     )
-    temperature: float = flag("--temperature", type=float, default=0.0, help="0 means greedy")
-    top_p: float = flag("--top-p", type=float, default=1.0, help=None)
+    temperature: float = flag("--temperature", check=values.temperature, default=0.0, help="0 means greedy")
+    top_p: float = flag("--top-p", check=values.top_p, default=1.0, help="sample from this share of the mass")
     seed: int = flag("--seed", type=int, default=0, help=None)
     stop: list[str] = flag(
         "--stop", action="append", default=[], help="cut the completion at the first of these strings; repeatable"

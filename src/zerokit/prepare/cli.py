@@ -116,10 +116,12 @@ def tokenize_main(argv: list[str]) -> int:
     if args.num_proc < 1:
         raise UserError(f"--num-proc must be at least 1, got {args.num_proc}")
     from zerokit.prepare.pack import check_output, tokenize_to_disk
+    from zerokit.sources.data import check_text_files, resolve_source
     from zerokit.sources.model_source import is_path, require_tokenizer_folder
 
     if is_path(args.tokenizer):
         require_tokenizer_folder("--tokenizer", args.tokenizer)
+    check_text_files(resolve_source(args.source))  # a missing, empty or binary file, as train refuses it
     check_output(args.output, args.overwrite)  # before any process starts
 
     info = tokenize_to_disk(
