@@ -147,3 +147,16 @@ def test_the_command_exits_1_and_writes_the_report_when_an_assertion_fails(tmp_p
     assert "| no op JIT-compiled | fail | TORCH_EXTENSIONS_DIR has cpu_adam/cpu_adam.so |" in capsys.readouterr().out
     monkeypatch.setattr(smoke, "gather", lambda *args: facts("cpu"))
     assert smoke.main(["--device", "cpu", "--output", str(tmp_path)]) == 0
+
+
+def test_an_output_it_cannot_write_or_an_unknown_stack_is_refused_before_anything_runs(tmp_path):
+    """Found at the door, in one line: before, a file as --output was a traceback at the first write, and an unknown
+    --stack left the output folder it had made."""
+    from zerokit.foundations.errors import UserError
+
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(UserError, match="is a file, not a folder: pick another --output"):
+        smoke.main(["--device", "cpu", "--output", str(tmp_path / "a-file" / "smoke")])
+    with pytest.raises(UserError, match="no stack 'bogus': pick one of cpu"):
+        smoke.main(["--device", "cpu", "--stack", "bogus", "--output", str(tmp_path / "smoke")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.image import built_ops
 from zerokit.image.stack import DEFAULT_STACK, Stack, environment_stack, load_stack
+from zerokit.outputs.ownership import check_writable
 
 if TYPE_CHECKING:
     from zerokit.doctor.gpu import GpuInfo
@@ -171,11 +172,11 @@ def mib(value: int | None) -> str:
 # ---- gathering: doctor in this process, train and generate as subprocesses ----------------------
 
 
-def gather(device: str, stack_name: str, output: Path, environ: Mapping[str, str]) -> dict:
+def gather(device: str, stack: Stack, output: Path, environ: Mapping[str, str]) -> dict:
     from zerokit.doctor.checks import run_checks
     from zerokit.doctor.context import Context
 
-    stack, settings = load_stack(stack_name), DEVICES[device]
+    settings = DEVICES[device]
     # A fresh JIT cache of this run: it must still be empty at the end.
     extensions = output / "torch_extensions"
     shutil.rmtree(extensions, ignore_errors=True)
@@ -313,9 +314,10 @@ def markdown(facts: Mapping, assertions: list[Assertion]) -> str:
 
 def smoke(device: str, output: Path, stack: str = DEFAULT_STACK, environ: Mapping[str, str] | None = None) -> dict:
     """Run the smoke test; write smoke-report.json and .md into output; return the report."""
+    loaded = load_stack(stack)  # an unknown stack is refused before the output folder is made
     output.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    facts = gather(device, stack, output, os.environ if environ is None else environ)
+    facts = gather(device, loaded, output, os.environ if environ is None else environ)
     facts["seconds"] = round(time.monotonic() - started, 1)
     assertions = evaluate(facts)
     report = {"passed": passed(assertions), "assertions": [asdict(a) for a in assertions], "facts": facts}
@@ -341,6 +343,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = from_namespace(SmokeFlags, build_parser(os.environ).parse_args(argv))
+    check_writable(args.output, "--output")  # found now, not by the report's write after the trainings
     report = smoke(args.device, args.output, args.stack or environment_stack(os.environ))
     print((args.output / "smoke-report.md").read_text())
     return 0 if report["passed"] else 1
