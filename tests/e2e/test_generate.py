@@ -59,6 +59,7 @@ def test_jsonl_template_batches_and_seeded_sampling(tmp_path: Path, zk_env, mode
         (["--base", "gpt2"], "--base is for LoRA adapter folders"),
         ([], "no prompts"),
         (["--prompt", "x", "--temperature", "0.7", "--top-p", "2"], "--top-p (ZEROKIT_TOP_P)='2' is not a share of"),
+        (["--prompt", "x", "--temperature", "-1"], "--temperature (ZEROKIT_TEMPERATURE)='-1' is not a temperature"),
     ],
 )
 def test_input_errors_are_one_line(tmp_path: Path, zk_env, model: Path, extra: list[str], message: str):

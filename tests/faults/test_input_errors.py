@@ -46,7 +46,15 @@ def train(out: Path, *args: str) -> list[str]:
         (["--tokenizer", "./missing-tokenizer"], "--tokenizer ./missing-tokenizer: no such folder"),
         # written when training ends, before the model: found at the door, not after the run
         (["--timings-dir", "/etc/passwd/t"], "--timings-dir /etc/passwd/t: /etc/passwd is a file, not a folder"),
-        (["--compile", "bogus"], "argument --compile: invalid choice: 'bogus'"),  # argparse's, in one line too
+        (
+            ["--memory-checkpoints", "2", "--memory-checkpoint-dir", "/etc/passwd/m"],
+            "--memory-checkpoint-dir /etc/passwd/m: /etc/passwd is a file, not a folder",
+        ),
+        (
+            ["--compile", "bogus"],
+            "argument --compile: invalid choice: 'bogus' (choose from 'off', 'torch', "
+            "'deepcompile') (`zerokit train --help` lists the flags)",
+        ),  # argparse's, in one line too
     ],
 )
 def test_train_refuses_bad_flags_before_torch(tmp_path: Path, no_torch_env, flags: list[str], says: str):

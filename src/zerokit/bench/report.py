@@ -498,7 +498,7 @@ def speed_section(rows: list[dict], switches: tuple[tuple[str, tuple[str, ...]],
     lines += [
         f"{rows[0]['ranks']} rank(s), one run each; samples/step/rank: the micro-batch times the gradient "
         "accumulation; steps: p50/p90/max of the timed steps; loss: the last eval loss (a switch may move it by "
-        "rounding only, but a run of more samples a step, `micro-batch` and `all`, trains on more text).",
+        "rounding only, but a run of more samples a step, as `micro-batch` and an `all` with it, trains on more text).",
         "",
         "| switch | train flags | samples/step/rank | tokens/s | / eager | MFU | peak memory (MiB) "
         "| step p50 / p90 / max (ms) | loss |",

@@ -99,7 +99,9 @@ class OneLineErrors(argparse.ArgumentParser):
     pointing at --help where argparse would print the whole usage above it."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {message} (`{self.prog} --help` lists the flags)\n")
+        # `zerokit train`: every environment has the zerokit command; only the image has `train` itself.
+        command = self.prog if self.prog.startswith(("zerokit", "python")) else f"zerokit {self.prog}"
+        self.exit(2, f"error: {message} (`{command} --help` lists the flags)\n")
 
 
 def command_parser(options: type, environ: Mapping[str, str], **parser_kwargs: Any) -> argparse.ArgumentParser:

@@ -156,15 +156,14 @@ def check_output_dir(path: Path, overwrite: bool, resume: str | None) -> None:
 
 def check_other_folders(options: TrainFlags) -> None:
     """The other folders a run writes into, found now, not when it writes there: --timings-dir at the end of
-    training (before the model is saved), --memory-checkpoint-dir at its first memory checkpoint."""
+    training (before the model is saved), the memory checkpoints' folder at the first memory checkpoint."""
     from zerokit.outputs import ownership
+    from zerokit.train.memory_store import DEFAULT_ROOT
 
-    for flag, folder in (
-        ("--timings-dir", options.timings_dir),
-        ("--memory-checkpoint-dir", options.memory_checkpoint_dir),
-    ):
-        if folder is not None:
-            ownership.check_writable(folder, flag)
+    if options.timings_dir is not None:
+        ownership.check_writable(options.timings_dir, "--timings-dir")
+    if options.memory_checkpoints:
+        ownership.check_writable(options.memory_checkpoint_dir or DEFAULT_ROOT, "--memory-checkpoint-dir")
 
 
 def main(argv: list[str]) -> int:
