@@ -61,50 +61,50 @@ def percent_below_100(name: str, value: str) -> int:
 
 def seconds(name: str, value: str) -> float:
     """A positive, finite number of seconds (a bound on a wait)."""
-    number = _number(value)
-    if not (math.isfinite(number) and number > 0):
-        raise UserError(f"{name}={value!r} is not a number of seconds: give one above 0, e.g. 30")
-    return number
+    return _number_where(
+        name, value, lambda n: math.isfinite(n) and n > 0, "is not a number of seconds: give one above 0, e.g. 30"
+    )
 
 
 def seconds_or_zero(name: str, value: str) -> float:
     """A finite number of seconds, 0 or more (a grace period; 0: none)."""
-    number = _number(value)
-    if not (math.isfinite(number) and number >= 0):
-        raise UserError(f"{name}={value!r} is not a number of seconds: give one of at least 0, e.g. 15")
-    return number
+    return _number_where(
+        name,
+        value,
+        lambda n: math.isfinite(n) and n >= 0,
+        "is not a number of seconds: give one of at least 0, e.g. 15",
+    )
 
 
 def factor(name: str, value: str) -> float:
     """A finite factor above 1 (how many times slower)."""
-    number = _number(value)
-    if not (math.isfinite(number) and number > 1):
-        raise UserError(f"{name}={value!r} is not a factor above 1: give e.g. 4 (four times slower than the median)")
-    return number
+    return _number_where(
+        name,
+        value,
+        lambda n: math.isfinite(n) and n > 1,
+        "is not a factor above 1: give e.g. 4 (four times slower than the median)",
+    )
 
 
 def probability(name: str, value: str) -> float:
     """A probability from 0 to 1 (a dropout rate)."""
-    number = _number(value)
-    if not 0 <= number <= 1:
-        raise UserError(f"{name}={value!r} is not a probability: give one from 0 to 1, e.g. 0 or 0.1")
-    return number
+    return _number_where(
+        name, value, lambda n: 0 <= n <= 1, "is not a probability: give one from 0 to 1, e.g. 0 or 0.1"
+    )
 
 
 def temperature(name: str, value: str) -> float:
     """A sampling temperature: 0 (greedy) or more."""
-    number = _number(value)
-    if not (math.isfinite(number) and number >= 0):
-        raise UserError(f"{name}={value!r} is not a temperature: give 0 (greedy) or more, e.g. 0.7")
-    return number
+    return _number_where(
+        name, value, lambda n: math.isfinite(n) and n >= 0, "is not a temperature: give 0 (greedy) or more, e.g. 0.7"
+    )
 
 
 def top_p(name: str, value: str) -> float:
     """Nucleus sampling's share of the probability mass: above 0, at most 1 (1: all of it)."""
-    number = _number(value)
-    if not 0 < number <= 1:
-        raise UserError(f"{name}={value!r} is not a share of the probability mass: give one above 0 and at most 1")
-    return number
+    return _number_where(
+        name, value, lambda n: 0 < n <= 1, "is not a share of the probability mass: give one above 0 and at most 1"
+    )
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -116,6 +116,14 @@ def int_list(text: str) -> tuple[int, ...]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected counts of at least 1, got {text!r}")
     return values
+
+
+def _number_where(name: str, value: str, accepted: Callable[[float], bool], refusal: str) -> float:
+    """The value as a float if `accepted` takes it, else the one-line error `NAME='VALUE' <refusal>`."""
+    number = _number(value)
+    if not accepted(number):
+        raise UserError(f"{name}={value!r} {refusal}")
+    return number
 
 
 def _number(value: str) -> float:
