@@ -336,9 +336,18 @@ def device_peak(cfg: BenchConfig, gpus: list[str]) -> float | None:
 
 
 def write_all(cfg: BenchConfig, results: list[RunResult], prepare_seconds: dict[int, float] | None = None) -> None:
-    host = machine()
+    """results.json, scaling.png and report.md of the runs so far: bench writes them after every run, so they must
+    hold any prefix of its plan (a group half run, a row not run yet)."""
+    figures = collect(cfg, results, prepare_seconds or {}, machine())
+    (cfg.output / "results.json").write_text(json.dumps(figures, indent=2) + "\n")
+    plot_scaling(figures["scaling"], cfg.output / "scaling.png")
+    (cfg.output / "report.md").write_text(markdown(figures, cfg))
+
+
+def collect(cfg: BenchConfig, results: list[RunResult], prepare_seconds: dict[int, float], host: dict) -> dict:
+    """Every figure of the report, from the runs so far on the machine host."""
     peak = device_peak(cfg, host["gpus"])
-    figures = {
+    return {
         "machine": host,
         "settings": {
             "config": cfg.config.name,
@@ -357,13 +366,10 @@ def write_all(cfg: BenchConfig, results: list[RunResult], prepare_seconds: dict[
         "speed": speed_rows(results, peak),
         "startup": startup_summary(results),
         "checkpoint": checkpoint_summary(results),
-        "data": data_summary(results, prepare_seconds or {}),
+        "data": data_summary(results, prepare_seconds),
         "overhead": overhead_summary(results, peak, cfg.overhead_switches),
         "runs": [r.as_dict() for r in results],
     }
-    (cfg.output / "results.json").write_text(json.dumps(figures, indent=2) + "\n")
-    plot_scaling(figures["scaling"], cfg.output / "scaling.png")
-    (cfg.output / "report.md").write_text(markdown(figures, cfg))
 
 
 def plot_scaling(rows: list[dict], path: Path) -> None:
@@ -579,11 +585,12 @@ def data_section(data: dict | None) -> list[str]:
         f"| data | {low}x | {high}x | {high}x / {low}x |",
         "|---|---:|---:|---:|",
     ]
-    for kind in ("raw", "prepared"):
+    for kind in ("raw", "prepared"):  # a cell whose run has not come yet (the report of a bench midway) is "-"
         ratio = data.get(f"{kind}_{high}x_over_{low}x")
+        low_s, high_s = ttfs.get(f"{kind}-{low}x"), ttfs.get(f"{kind}-{high}x")
         lines.append(
-            f"| {'raw text' if kind == 'raw' else 'prepared blocks'} | {ttfs.get(f'{kind}-{low}x', 0):.1f} "
-            f"| {ttfs.get(f'{kind}-{high}x', 0):.1f} | **{ratio:.2f}** |"
+            f"| {'raw text' if kind == 'raw' else 'prepared blocks'} | {'-' if low_s is None else f'{low_s:.1f}'} "
+            f"| {'-' if high_s is None else f'{high_s:.1f}'} | {'-' if ratio is None else f'**{ratio:.2f}**'} |"
         )
     made = ", ".join(f"{scale}x {seconds:.1f} s" for scale, seconds in data["prepare_seconds"].items())
     if made:

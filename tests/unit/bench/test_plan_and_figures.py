@@ -469,3 +469,37 @@ def test_the_overhead_switches_reach_every_side_in_its_own_spelling(tmp_path: Pa
             checked_overhead_switches("flash-attention", on_gpu=True)
     else:
         assert checked_overhead_switches("flash-attention", on_gpu=True) == ("flash-attention",)
+
+
+def planned_result(run) -> RunResult:
+    """What a finished run of the plan gives, in the shape its group reports (saves for the checkpoint group)."""
+    saves = [{"wait_seconds": 0.1, "write_seconds": 1.0}] * 3
+    if run.variant == "memory":
+        saves += [{"write": "memory", "stall_seconds": 0.1, "write_seconds": 0.2, "bytes": 2**20, "peer_seconds": 0.1}]
+    checkpoint = run.group == "checkpoint"
+    return result(
+        run.name, run.group, run.variant, run.world_size, 16.0 * run.world_size, 9.0, nodes=run.nodes,
+        parameters=1000, layers=2, hidden=8, sequence=64, step_quantiles=(0.1, 0.12, 0.2), last_loss=3.0,
+        save_seconds=[0.5] * 3 if checkpoint else [], checkpoint_bytes=2**20 if checkpoint else None,
+        checkpoint_saves=saves if checkpoint and run.variant != "sync" else [],
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("gpus", [[], ["NVIDIA H200"]], ids=["cpu", "gpu"])
+def test_the_report_is_written_after_every_run_of_the_plan(tmp_path: Path, gpus: list[str]):
+    """bench rewrites its report after each run (a machine taken back midway keeps the rows it finished): every
+    prefix of the whole plan, each group cut anywhere, renders. `make bench` once died after its data group's first
+    run, on a ratio whose second run had not come."""
+    from zerokit.bench.plan import speed_switches
+    from zerokit.bench.report import collect, markdown
+
+    on_gpu = bool(gpus)
+    cfg = config(tmp_path, on_gpu=on_gpu, speed=speed_switches(on_gpu, lambda name: True, 2), config=Path("zero2"))
+    runs = plan_runs(cfg, PLAIN, DATA)
+    assert {run.group for run in runs} == {"scaling", "configs", "startup", "speed", "checkpoint", "data", "overhead"}
+    results = [planned_result(run) for run in runs]
+    host = {"host": "n1", "cpu": "cpu", "cpu_cores": 2, "gpus": gpus, "torch": "t", "deepspeed": "d",
+            "transformers": "h", "zerokit": "z", "date": "today"}  # fmt: skip
+    reports = [markdown(collect(cfg, results[:done], {1: 2.0, 10: 9.0}, host), cfg) for done in range(len(results) + 1)]
+    assert "| prepared blocks | 9.0 | - | - |" in "".join(reports)  # its 10x run still to come
+    assert "| prepared blocks | 9.0 | 9.0 | **1.00** |" in reports[-1]
