@@ -60,7 +60,7 @@ def test_bench_smallest_setting_writes_report_plot_and_json(tmp_path: Path, zk_e
     assert memory["copies"] == 9 and memory["stall_s"] > 0 and memory["node_copy_mib"] > 1
     assert memory["peer_s"] is None  # one node: no ring
     configs = {row["config"]: row for row in figures["configs"]}
-    assert sorted(configs) == ["none", "zero3"] and configs["none"]["samples_per_s"] > 0
+    assert sorted(configs) == ["none", "zero2"] and configs["none"]["samples_per_s"] > 0
     assert len(configs["none"]["peak_memory_per_rank_mib"]) == 2
     spread = overhead["throughput_spread"]
     assert spread["pair_min"] == spread["pair_max"] == overhead["throughput_ratio"]  # one round: one pair

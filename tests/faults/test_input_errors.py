@@ -110,6 +110,14 @@ def test_train_refuses_a_misspelt_deepspeed_config_before_any_rank_starts(tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+def test_flags_that_hfs_training_arguments_refuse_together_are_one_line(tmp_path: Path, zk_env):
+    """TrainingArguments checks its flags together when it is built: its ValueError was a traceback."""
+    result = run_zerokit(train(tmp_path / "out", "--config", "none", "--fp16", "true", "--bf16", "true"), zk_env)
+    refused = "At most one of fp16 and bf16 can be True, but not both"
+    assert one_line_error(result) == f"error: HF's TrainingArguments refused the flags: {refused}"
+    assert not (tmp_path / "out").exists()
+
+
 def test_train_refuses_empty_and_binary_datasets_before_torch(tmp_path: Path, no_torch_env):
     empty = tmp_path / "empty.txt"
     empty.write_text("")

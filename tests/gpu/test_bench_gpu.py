@@ -24,7 +24,7 @@ def test_bench_on_one_gpu_reports_gpu_memory_the_overhead_ratio_and_mfu(tmp_path
     out = tmp_path / "bench"
     argv = ["bench", "--output", str(out), "--ranks", "1", "--steps", "12", "--warmup-steps", "2", "--eval-steps", "6"]
     skips = ["--skip", "startup", "--skip", "data", "--skip", "preemption"]
-    result = run_zerokit([*argv, "--repeats", "1", "--configs", "zero2", *skips], zk_env)
+    result = run_zerokit([*argv, "--repeats", "1", "--configs", "zero3", *skips], zk_env)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads((out / "results.json").read_text())
     assert figures["machine"]["gpus"], figures["machine"]

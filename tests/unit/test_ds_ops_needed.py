@@ -87,6 +87,15 @@ def test_the_fast_checkpoint_writer_and_zero_plus_plus_need_their_ops():
     assert set(ops_needed(zero3, "cuda")) == {"quantizer"}
 
 
+def test_deepcompile_loads_its_op_at_zero_1_2_3_only():
+    """At ZeRO-0 DeepSpeed's compile falls back to torch.compile and loads nothing."""
+    for stage in (1, 2, 3):
+        compiled = {"zero_optimization": {"stage": stage}, "compile": {"deepcompile": True}}
+        assert ops_needed(compiled, "cuda") == {"dc": "compile.deepcompile"}
+    assert ops_needed({"zero_optimization": {"stage": 0}, "compile": {"deepcompile": True}}, "cuda") == {}
+    assert ops_needed({"zero_optimization": {"stage": 2}, "compile": {"deepcompile": False}}, "cuda") == {}
+
+
 def test_the_reason_names_the_optimizer_and_what_the_cpu_accelerator_lacks():
     assert ops_needed(config("Lion"), "cuda") == {"fused_lion": "the config's optimizer Lion"}
     assert ops_needed(config("AdamW", "cpu"), "cuda") == {"cpu_adam": "the config's optimizer AdamW, offloaded to cpu"}

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "containers" / "op-build-times"
@@ -48,14 +49,20 @@ def test_a_failed_build_shows_its_last_lines_and_keeps_its_exit_status(tmp_path:
     assert "error: command nvcc failed" in result.stderr and "the build failed after" in result.stdout
 
 
-def test_the_gpu_proof_lists_the_venv_steps_timed_lines(tmp_path: Path):
-    """tests/gpu/proof's venv step keeps what install-lock, build-ds-wheel and op-build-times said they took."""
+def load_proof() -> ModuleType:
+    """tests/gpu/proof (a script, not a module) as a module."""
     import importlib.machinery
     import importlib.util
 
     loader = importlib.machinery.SourceFileLoader("gpu_proof", str(REPO / "tests" / "gpu" / "proof"))
     proof = importlib.util.module_from_spec(importlib.util.spec_from_loader("gpu_proof", loader))
     loader.exec_module(proof)
+    return proof
+
+
+def test_the_gpu_proof_lists_the_venv_steps_timed_lines(tmp_path: Path):
+    """tests/gpu/proof's venv step keeps what install-lock, build-ds-wheel and op-build-times said they took."""
+    proof = load_proof()
     timed = [
         "install-lock: 84 packages of containers/lock/site.txt installed in 41 s",
         "install-lock: their .pyc compiled in 12 s",
@@ -68,6 +75,23 @@ def test_the_gpu_proof_lists_the_venv_steps_timed_lines(tmp_path: Path):
     reused = "cached-ds-wheel: reused /root/.cache/zerokit/ds-wheels/cuda-0123 (built from the same inputs)"
     log.write_text(f"{timed[0]}\n{reused}\n")
     assert proof.venv_phases(log) == [timed[0], reused]
+
+
+def test_the_gpu_proofs_jit_step_counts_extensions_not_torch_compiles_kernels(tmp_path: Path):
+    """Triton builds its launchers as .so files into the compile caches bench gives each compiled run (on a GPU, the
+    overhead group's): torch.compile at work, not a DeepSpeed op JIT-compiled; the extensions folder's op is one."""
+    from zerokit.bench.plan import own_compile_caches
+
+    proof = load_proof()
+    out = tmp_path / "proof"
+    run = out / "bench" / "runs" / "overhead-zerokit-1"
+    op = out / "torch-extensions" / "fused_adam" / "fused_adam.so"
+    built = [op, out / "venv-site" / "lib" / "deepspeed_op.so"]
+    built += [Path(cache) / "ab" / "__triton_launcher.so" for cache in own_compile_caches(run).values()]
+    for so in built:
+        so.parent.mkdir(parents=True)
+        so.write_bytes(b"")
+    assert proof.jit_libraries(out, (out / "venv-site",), [], 0.0) == [str(op)]
 
 
 def test_the_gpu_proof_refuses_an_unknown_bench_group_before_any_step(tmp_path: Path):

@@ -3,6 +3,8 @@ use is refused in one line before torch starts."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -69,11 +71,16 @@ def test_set_dropout_sets_every_rate_of_the_config():
         (["--attn-implementation", "flash_attention_2"], "needs the flash_attn package, which this environment"),
         (["--attn-implementation", "flash"], "'flash' is not one of eager, sdpa"),
         (["--compile", "deepcompile", "--config", "none"], "give a DeepSpeed --config, or --compile torch"),
+        (["--compile", "deepcompile", "--config", "ZERO0"], "is ZeRO-0: use a ZeRO-1/2/3 config, or --compile torch"),
         (["--dropout", "1.5"], "is not a probability: give one from 0 to 1"),
     ],
 )
-def test_a_switch_the_run_cannot_use_is_refused_in_one_line(argv, said, monkeypatch):
+def test_a_switch_the_run_cannot_use_is_refused_in_one_line(argv, said, monkeypatch, tmp_path):
     import importlib.util
+
+    zero0 = tmp_path / "zero0.json"
+    zero0.write_text(json.dumps({"zero_optimization": {"stage": 0}, "train_micro_batch_size_per_gpu": "auto"}))
+    argv = [str(zero0) if word == "ZERO0" else word for word in argv]
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real(name, *a))
@@ -85,7 +92,6 @@ def test_a_switch_the_run_cannot_use_is_refused_in_one_line(argv, said, monkeypa
 def test_the_switches_reach_the_trainer_and_deepspeed(tmp_path):
     """--compile sets HF's torch_compile; deepcompile also DeepSpeed's compile section (the user's file unchanged)."""
     import base64
-    import json
 
     from zerokit.sources.ds_configs import resolve_ds_config
     from zerokit.train.options import ds_config_argument

@@ -66,7 +66,9 @@ class BenchFlags:
     launcher: str = flag(
         "--launcher", choices=REMOTE_LAUNCHERS, default="pdsh", help="how launch reaches the other nodes"
     )
-    config: str = flag("--config", default="zero3", help="DeepSpeed config: a file or a bundled name (default: zero3)")
+    config: str = flag(
+        "--config", default="zero2", help="DeepSpeed config: a file or a bundled name (default: zero2, train's)"
+    )
     configs: str = flag(
         "--configs",
         default="zero2,zero3,zero3-offload,none",

@@ -28,6 +28,7 @@ DS_BUILD_VARS: dict[str, str] = {
     "cpu_adagrad": "DS_BUILD_CPU_ADAGRAD",
     "cpu_adam": "DS_BUILD_CPU_ADAM",
     "cpu_lion": "DS_BUILD_CPU_LION",
+    "dc": "DS_BUILD_DEEP_COMPILE",
     "deepspeed_ccl_comm": "DS_BUILD_CCL_COMM",
     "deepspeed_shm_comm": "DS_BUILD_SHM_COMM",
     "evoformer_attn": "DS_BUILD_EVOFORMER_ATTN",

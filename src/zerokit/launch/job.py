@@ -50,6 +50,7 @@ class Spellings:
     micro_batch: tuple[str, ...] = ()  # per rank, where launch checks the batch
     accumulation: tuple[str, ...] = ()
     memory_checkpoints: tuple[str, ...] = ()  # a restart may resume a copy in the nodes' memory instead
+    compile: tuple[str, ...] = ()  # train's --compile: deepcompile adds the config's compile.deepcompile
     rewritten: bool = False  # a restart resumes it (--resume auto) and rescales its accumulation
 
 
@@ -59,6 +60,7 @@ FLAGS: dict[str, Spellings] = {
         ds_config=("--config",),  # a bundled name or a file; else ZEROKIT_CONFIG, else train's default
         accumulation=("--gradient_accumulation_steps", "--gradient-accumulation-steps"),  # as HF's parser reads it
         memory_checkpoints=("--memory-checkpoints",),  # else ZEROKIT_MEMORY_CHECKPOINTS
+        compile=("--compile",),  # else ZEROKIT_COMPILE
         rewritten=True,
     ),
     "generate": Spellings(),
@@ -91,6 +93,7 @@ class Job:
     micro_batch: str | None = None  # as given; None: HF's default
     accumulation: str | None = None  # as given; None: the program's default
     memory_checkpoints: bool = False  # train --memory-checkpoints: a restart may resume from the nodes' memory
+    deepcompile: bool = False  # train --compile deepcompile: DeepSpeed's compiler passes on (its config's compile)
 
 
 def kind_of(argv: Sequence[str]) -> str:
@@ -127,6 +130,8 @@ def read_job(argv: Sequence[str], environ: Mapping[str, str]) -> Job:
             first(flags, spelt.memory_checkpoints)
             or (environ.get("ZEROKIT_MEMORY_CHECKPOINTS") if kind == "train" else None)
         ),
+        deepcompile=(first(flags, spelt.compile) or (environ.get("ZEROKIT_COMPILE") if kind == "train" else None))
+        == "deepcompile",
     )
 
 

@@ -8,7 +8,8 @@ zerokit.sources.ds_ops says what it loads) and compares it with the install's pr
 (zerokit.launch.preflight).
 
 The config is the one the launched command names, as its record reads it (zerokit.launch.job):
-`train --config NAME|FILE` (else ZEROKIT_CONFIG, else train's default; `none`: no DeepSpeed), or any other command's
+`train --config NAME|FILE` (else ZEROKIT_CONFIG, else train's default; `none`: no DeepSpeed; with `--compile
+deepcompile`, as train hands it to DeepSpeed: its compile.deepcompile on), or any other command's
 `--deepspeed_config FILE` (DeepSpeed's own flag) or `--deepspeed FILE` (HF's TrainingArguments). train's is checked
 as train checks it (zerokit.sources.ds_config_check: a missing file, bad JSON, a misspelt key, a wrong value), so
 launch refuses it here, before any rank starts; a script's that does not exist or is not JSON is left to the
@@ -38,7 +39,11 @@ def job_ds_config(job: Job) -> dict | None:
         if path is None:
             return None
         check_ds_config(path)
-        return read_config(path)
+        config = read_config(path)
+        if config is not None and job.deepcompile:  # zerokit.train.options.ds_config_argument
+            compiled = config.get("compile")
+            config = {**config, "compile": {**(compiled if isinstance(compiled, dict) else {}), "deepcompile": True}}
+        return config
     for value in job.ds_configs:
         if (config := read_config(Path(value))) is not None:
             return config

@@ -11,7 +11,9 @@ and it fails offline or without a compiler). Which op loads follows from the con
 - ZeRO-3 with offload_param to nvme: async_io, gds with aio.use_gds (swap_tensor/partitioned_param_swapper.py);
 - checkpoint.writer of type fast (its default): async_io, gds with aio.use_gds (model_checkpointing/writer_factory.py);
 - ZeRO-3 with zero_quantized_weights, _nontrainable_weights or _gradients: quantizer (zero/partition_parameters.py,
-  comm/coalesced_collectives.py).
+  comm/coalesced_collectives.py);
+- compile.deepcompile with ZeRO-1, 2 or 3, once the engine is compiled: dc (compile/util.py `get_deepcompile_handle`;
+  at ZeRO-0 DeepSpeed falls back to torch.compile, engine.py `get_deepcompile_backend`).
 
 The type is matched in any case, as DeepSpeed matches its own. Any other type is torch.optim's class of that
 name (or mup's): no op. DeepSpeed 0.19.8 has no 1-bit optimizers (OneBitAdam, ZeroOneAdam, OneBitLamb were
@@ -60,6 +62,8 @@ def ops_needed(ds_config: dict, accelerator: str) -> dict[str, str]:
     quantized = [key for key in QUANTIZED if zero.get(key) is True]
     if stage3 and quantized:
         needed.setdefault("quantizer", f"zero_optimization.{quantized[0]}")
+    if section(ds_config, "compile").get("deepcompile") is True and zero.get("stage") in (1, 2, 3):
+        needed.setdefault("dc", "compile.deepcompile")
     if accelerator == "cpu":
         return {
             op: why if op in CPU_BUILDS else f"{why}; DeepSpeed's cpu accelerator has none"

@@ -27,7 +27,7 @@ HF_DIFFERENCES: tuple[tuple[str, str], ...] = (
     ("--deepspeed", "set from --config (default zero2; --config none trains without DeepSpeed)"),
     ("--output_dir", "--output-dir, default runs/train"),
     ("--use_cpu", "set where no GPU is visible, so CPU ranks train as one job"),
-    ("--bf16", "on by default on GPUs that support bf16 (--bf16 false turns it off)"),
+    ("--bf16", "on by default on GPUs that support bf16 (--bf16 false turns it off; not beside --fp16 true)"),
     ("--full_determinism", "set by --deterministic"),
     (
         "--logging_nan_inf_filter",

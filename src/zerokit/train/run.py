@@ -194,8 +194,8 @@ def training_arguments(
     parser = HfArgumentParser(SecretFreeArguments, allow_abbrev=False)  # training_args.bin holds no token
     parser.set_defaults(**training_defaults(options.embedded, training_flags))
     parser.set_defaults(logging_nan_inf_filter=False)  # HF_DIFFERENCES: zerokit.train.callbacks.finite_loss instead
-    if on_gpu and torch.cuda.is_bf16_supported():
-        parser.set_defaults(bf16=True)
+    if on_gpu and torch.cuda.is_bf16_supported() and not parser.parse_known_args(training_flags)[0].fp16:
+        parser.set_defaults(bf16=True)  # where the user asks for fp16, bf16 beside it is HF's error
     forced = ["--output_dir", str(options.output_dir)]
     if options.ds_config:
         config = ds_config_argument(
@@ -216,7 +216,10 @@ def training_arguments(
         forced += ["--full_determinism", "true"]
     if resharded is not None and not options.micro_batch:  # --micro-batch auto keeps the global batch itself
         forced += resharded.accumulation_flags(*given_batch(parser, [*training_flags, *forced]), notes)
-    (args,) = parser.parse_args_into_dataclasses([*training_flags, *forced])
+    try:
+        (args,) = parser.parse_args_into_dataclasses([*training_flags, *forced])
+    except ValueError as error:  # TrainingArguments' own checks of the flags together (fp16 with bf16, ...)
+        raise UserError(f"HF's TrainingArguments refused the flags: {' '.join(str(error).split())}") from None
     if options.streaming and args.max_steps <= 0:
         raise UserError("--streaming has no length to plan epochs from: pass --max_steps N")
     return args

@@ -42,6 +42,11 @@ def check_speed_switches(options: TrainFlags) -> None:
         raise UserError(f"--compile {options.compile} does not apply to DeepSpeed's pipeline engine: leave it out")
     if options.compile == "deepcompile" and options.ds_config is None:
         raise UserError("--compile deepcompile is DeepSpeed's: give a DeepSpeed --config, or --compile torch")
+    if options.compile == "deepcompile" and stage == 0:  # DeepSpeed would fall back to torch.compile, saying nothing
+        raise UserError(
+            f"--compile deepcompile is DeepSpeed's ZeRO-1/2/3 compiler passes, and {options.ds_config} is ZeRO-0: "
+            "use a ZeRO-1/2/3 config, or --compile torch"
+        )
 
 
 def check_cross_entropy(kind: str, zero_stage: int, tp_size: int, pipelined: bool) -> None:

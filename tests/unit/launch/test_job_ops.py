@@ -46,11 +46,16 @@ def test_train_uses_its_config_flag_then_zerokit_config_then_its_default(tmp_pat
     assert job_ds_config((*TRAIN, "--config", "zero3-offload", "--max_steps", "3"), {}) == offload
     assert job_ds_config((*TRAIN, "--config=zero3-offload"), {}) == offload
     assert job_ds_config(TRAIN, {"ZEROKIT_CONFIG": "zero3-offload"}) == offload
-    assert job_ds_config(TRAIN, {}) == json.loads(bundled("zero2").read_text())
+    bundled_zero2 = json.loads(bundled("zero2").read_text())
+    assert job_ds_config(TRAIN, {}) == bundled_zero2
     assert job_ds_config((*TRAIN, "--config", write(tmp_path, LION)), {"ZEROKIT_CONFIG": "zero3"}) == LION
     assert job_ds_config((*TRAIN, "--config", "none"), {}) is None
     with pytest.raises(UserError, match="DeepSpeed config not found: zero9"):  # refused before any rank starts
         job_ds_config((*TRAIN, "--config", "zero9"), {})
+    deepcompile = {**json.loads(bundled("zero2").read_text()), "compile": {"deepcompile": True}}  # as train hands it
+    assert job_ds_config((*TRAIN, "--compile", "deepcompile"), {}) == deepcompile
+    assert job_ds_config(TRAIN, {"ZEROKIT_COMPILE": "deepcompile"}) == deepcompile
+    assert job_ds_config((*TRAIN, "--compile=torch"), {"ZEROKIT_COMPILE": "deepcompile"}) == bundled_zero2
     typo = write(tmp_path, {"zero_optimisation": {"stage": 2}}, "typo.json")
     with pytest.raises(UserError, match="unknown key zero_optimisation: did you mean zero_optimization"):
         job_ds_config((*TRAIN, "--config", typo), {})
