@@ -42,6 +42,7 @@ def train(out: Path, *args: str) -> list[str]:
         (["--block_size", "32"], "unknown flag --block_size: did you mean --block-size?"),  # zerokit's, as spelled
         (["--max_steps", "-5"], "--max_steps -5: must be at least 1"),
         (["--block-size", "1"], "--block-size (ZEROKIT_BLOCK_SIZE) must be at least 2"),
+        (["--dataloader_num_workers", "-1"], "--dataloader_num_workers -1: must be zero or more"),  # was torch's
         (["--model", "/no/such/dir"], "--model /no/such/dir: no such folder"),
         (["--tokenizer", "./missing-tokenizer"], "--tokenizer ./missing-tokenizer: no such folder"),
         # written when training ends, before the model: found at the door, not after the run
@@ -110,11 +111,30 @@ def test_train_refuses_a_misspelt_deepspeed_config_before_any_rank_starts(tmp_pa
     assert not (tmp_path / "out").exists()
 
 
-def test_flags_that_hfs_training_arguments_refuse_together_are_one_line(tmp_path: Path, zk_env):
-    """TrainingArguments checks its flags together when it is built: its ValueError was a traceback."""
-    result = run_zerokit(train(tmp_path / "out", "--config", "none", "--fp16", "true", "--bf16", "true"), zk_env)
-    refused = "At most one of fp16 and bf16 can be True, but not both"
-    assert one_line_error(result) == f"error: HF's TrainingArguments refused the flags: {refused}"
+def missing_integration() -> str:
+    """A --report_to integration whose package this environment lacks."""
+    from transformers.integrations import INTEGRATION_TO_CALLBACK, get_available_reporting_integrations
+
+    return next(name for name in sorted(INTEGRATION_TO_CALLBACK) if name not in get_available_reporting_integrations())
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--fp16", "true", "--bf16", "true"], "error: HF's TrainingArguments refused the flags: At most one of fp16 "
+         "and bf16 can be True, but not both"),  # TrainingArguments' ValueError
+        (["--optim", "bogus"], "error: argument --optim: invalid choice: 'bogus' (choose from 'adamw_torch', "),
+        (["--report_to", "MISSING"], "error: --report_to MISSING needs its package, which this environment lacks"),
+        (["--torch_compile_backend", "bogus"], "error: --torch_compile_backend bogus: not one of aot_eager, "),
+    ],
+)  # fmt: skip
+def test_what_hfs_trainer_refuses_is_one_line_before_the_run_writes(tmp_path: Path, zk_env, flags, says):
+    """Refused by TrainingArguments when built (a traceback), by its parser (the whole usage, 107 lines), or by the
+    Trainer only once built, after the run had claimed its folder (a traceback, the folder's record left)."""
+    integration = missing_integration()
+    flags = [integration if word == "MISSING" else word for word in flags]
+    result = run_zerokit(train(tmp_path / "out", "--config", "none", *flags), zk_env)
+    assert one_line_error(result).startswith(says.replace("MISSING", integration))
     assert not (tmp_path / "out").exists()
 
 

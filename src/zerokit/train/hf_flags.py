@@ -34,6 +34,7 @@ LOWER_BOUNDS: dict[str, tuple[float, str]] = {
     "eval_steps": (1e-9, "positive"),
     "save_total_limit": (1, "at least 1 (leave it out to keep every checkpoint)"),
     "seed": (0, "zero or more"),
+    "dataloader_num_workers": (0, "zero or more (0: the data loads in the rank itself)"),
 }
 
 

@@ -13,6 +13,7 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from zerokit.foundations.errors import UserError
 from zerokit.outputs.ownership import OutputRecord
@@ -191,7 +192,11 @@ def training_arguments(
 
     from zerokit.train.secret_free import SecretFreeArguments
 
-    parser = HfArgumentParser(SecretFreeArguments, allow_abbrev=False)  # training_args.bin holds no token
+    class Parser(HfArgumentParser):
+        def error(self, message: str) -> NoReturn:  # a choice not offered (--optim bogus): one line, not the usage
+            raise UserError(f"{message} (`zerokit train --help` lists zerokit's flags; TrainingArguments' are HF's)")
+
+    parser = Parser(SecretFreeArguments, allow_abbrev=False)  # training_args.bin holds no token
     parser.set_defaults(**training_defaults(options.embedded, training_flags))
     parser.set_defaults(logging_nan_inf_filter=False)  # HF_DIFFERENCES: zerokit.train.callbacks.finite_loss instead
     if on_gpu and torch.cuda.is_bf16_supported() and not parser.parse_known_args(training_flags)[0].fp16:
@@ -216,6 +221,8 @@ def training_arguments(
         forced += ["--full_determinism", "true"]
     if resharded is not None and not options.micro_batch:  # --micro-batch auto keeps the global batch itself
         forced += resharded.accumulation_flags(*given_batch(parser, [*training_flags, *forced]), notes)
+    given = parser.parse_known_args([*training_flags, *forced])[0]
+    check_trainer_inputs(given.report_to, given.torch_compile_backend)  # before TrainingArguments warn about them
     try:
         (args,) = parser.parse_args_into_dataclasses([*training_flags, *forced])
     except ValueError as error:  # TrainingArguments' own checks of the flags together (fp16 with bf16, ...)
@@ -223,6 +230,28 @@ def training_arguments(
     if options.streaming and args.max_steps <= 0:
         raise UserError("--streaming has no length to plan epochs from: pass --max_steps N")
     return args
+
+
+def check_trainer_inputs(report_to: str | list[str] | None, backend: str | None) -> None:
+    """What the Trainer would refuse only once it is built, after the run claimed its folder: a --report_to whose
+    package this environment lacks, a --torch_compile_backend accelerate does not know."""
+    from accelerate.utils import DynamoBackend
+    from transformers.integrations import INTEGRATION_TO_CALLBACK, get_available_reporting_integrations
+
+    available = get_available_reporting_integrations()
+    for name in [report_to] if isinstance(report_to, str) else report_to or []:
+        if name in ("none", "all") or name in available:
+            continue
+        if name not in INTEGRATION_TO_CALLBACK:
+            known = ", ".join(sorted(INTEGRATION_TO_CALLBACK))
+            raise UserError(f"--report_to {name}: not one of HF's integrations ({known}, none, all)")
+        raise UserError(
+            f"--report_to {name} needs its package, which this environment lacks: add it to the image "
+            "(docs/extra-packages.md), or --report_to none"
+        )
+    backends = sorted(b.value.lower() for b in DynamoBackend)
+    if backend is not None and backend.lower() not in backends:
+        raise UserError(f"--torch_compile_backend {backend}: not one of {', '.join(backends)}")
 
 
 def given_batch(parser, flags: list[str]) -> tuple[int, int | None]:
