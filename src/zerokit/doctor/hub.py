@@ -13,6 +13,7 @@ from zerokit.doctor.result import CheckResult, fail, ok, skip, warn
 from zerokit.foundations.errors import UserError
 from zerokit.sources.data import resolve_source
 from zerokit.sources.hub_cache import NOT_DATA, TOKENIZER_FILES, cached_snapshot, missing_model_files
+from zerokit.sources.model_source import is_path, require_model_folder
 
 
 def hf_home(ctx: Context) -> Path:
@@ -66,6 +67,11 @@ def check_model(ctx: Context, model: str) -> CheckResult:
                 "point --model at a folder written by save_pretrained",
             )
         return ok(name, f"local folder {local}")
+    if is_path(model):  # not a Hub id: train refuses it at the door, never looks it up
+        try:
+            require_model_folder("--model", model)
+        except UserError as error:
+            return fail(name, str(error).removeprefix(f"--model {model}: "), "give the folder save_pretrained wrote")
     folder, why = cached_snapshot(model, "model", hub_cache(ctx))
     if folder is None:
         return unavailable(ctx, name, why, "--model", model)

@@ -44,6 +44,16 @@ def test_online_a_missing_model_only_warns(environ):
     assert result.status == "warn" and "downloaded at start" in result.detail
 
 
+def test_a_path_that_is_no_folder_fails_as_train_refuses_it(environ, tmp_path):
+    """A path is never a Hub id: not "it would be downloaded at start", but the line train refuses it with."""
+    (missing,) = check_hub(context(environ, model=str(tmp_path / "typo")))
+    assert (missing.status, missing.detail) == ("fail", "no such folder (a local path; a Hub id looks like org/name): "
+                                                "check the path")  # fmt: skip
+    (tmp_path / "file").write_text("x")
+    (a_file,) = check_hub(context(environ, model=str(tmp_path / "file")))
+    assert (a_file.status, a_file.detail) == ("fail", "is a file; give the folder that holds it")
+
+
 def test_a_complete_cached_model_passes(environ):
     files = {"config.json": "{}", "model.safetensors": "x", "tokenizer.json": "{}"}
     snapshot = cache_repo(Path(environ["HF_HOME"]), "model", "zk/tiny", files)
