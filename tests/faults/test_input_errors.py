@@ -126,15 +126,19 @@ def missing_integration() -> str:
         (["--optim", "bogus"], "error: argument --optim: invalid choice: 'bogus' (choose from 'adamw_torch', "),
         (["--report_to", "MISSING"], "error: --report_to MISSING needs its package, which this environment lacks"),
         (["--torch_compile_backend", "bogus"], "error: --torch_compile_backend bogus: not one of aot_eager, "),
+        (["--config", "FIXED7"], "error: DeepSpeed config FIXED7: its values disagree with the flags (ds "
+         "train_batch_size=7 vs hf train_batch_size (calculated)="),  # HF's, once DeepSpeed started
     ],
 )  # fmt: skip
 def test_what_hfs_trainer_refuses_is_one_line_before_the_run_writes(tmp_path: Path, zk_env, flags, says):
     """Refused by TrainingArguments when built (a traceback), by its parser (the whole usage, 107 lines), or by the
     Trainer only once built, after the run had claimed its folder (a traceback, the folder's record left)."""
-    integration = missing_integration()
-    flags = [integration if word == "MISSING" else word for word in flags]
-    result = run_zerokit(train(tmp_path / "out", "--config", "none", *flags), zk_env)
-    assert one_line_error(result).startswith(says.replace("MISSING", integration))
+    integration, fixed = missing_integration(), tmp_path / "fixed7.json"
+    fixed.write_text(json.dumps({"zero_optimization": {"stage": 2}, "train_batch_size": 7}))
+    words = {"MISSING": integration, "FIXED7": str(fixed)}
+    flags = [words.get(word, word) for word in ["--config", "none", *flags]]  # the last --config wins
+    result = run_zerokit(train(tmp_path / "out", *flags), zk_env)
+    assert one_line_error(result).startswith(says.replace("MISSING", integration).replace("FIXED7", str(fixed)))
     assert not (tmp_path / "out").exists()
 
 

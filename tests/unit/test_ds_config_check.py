@@ -46,6 +46,19 @@ def test_a_misspelt_top_level_key_names_the_closest_known_one(tmp_path: Path):
     assert line.startswith("unknown key gradient_cliping: did you mean gradient_clipping?")
 
 
+def test_what_deepspeeds_engine_would_assert_on_every_rank_is_named_at_the_door(tmp_path: Path):
+    """No batch size at all; an optimizer or scheduler DeepSpeed does not know (its own, or torch's by class name)."""
+    line = refusal(tmp_path, {"zero_optimization": {"stage": 2}})
+    assert line.startswith("sets neither train_micro_batch_size_per_gpu nor train_batch_size, and DeepSpeed needs one")
+    line = refusal(tmp_path, {**ZERO2, "optimizer": {"type": "AdamQ", "params": {"lr": "auto"}}})
+    assert line.startswith("optimizer.type 'AdamQ' is neither DeepSpeed's (adagrad, adam, adamw, ")
+    line = refusal(tmp_path, {**ZERO2, "scheduler": {"type": "WarmupLRR"}})
+    assert line.startswith("scheduler.type 'WarmupLRR' is neither DeepSpeed's (LRRangeTest, ")
+    known = {**ZERO2, "optimizer": {"type": "SGD", "params": {"lr": "auto"}}, "scheduler": {"type": "WarmupLR"}}
+    assert config_problems(known, known_keys(), hf_filled_keys()) == []
+    assert config_problems({**known, "optimizer": {"type": "AdamW"}}, known_keys(), hf_filled_keys()) == []
+
+
 def test_a_misspelt_nested_key_names_its_path(tmp_path: Path):
     zero = {"stage": 3, "offload_optimiser": {"device": "cpu"}, "offload_param": {"device": "cpu", "pin_memry": 1}}
     line = refusal(tmp_path, {"zero_optimization": zero})

@@ -32,6 +32,11 @@ from zerokit.sources.hf_autos import hf_filled_keys
 AUTO = "auto"
 SHOWN = 60  # characters of a key or value said in an error
 UNFILLED = 'is "auto", which neither Hugging Face\'s Trainer nor DeepSpeed fills: give it a value, or leave it out'
+BATCH_KEYS = ("train_micro_batch_size_per_gpu", "train_batch_size")  # DeepSpeed asserts one is there
+NO_BATCH = (
+    "sets neither train_micro_batch_size_per_gpu nor train_batch_size, and DeepSpeed needs one: add "
+    '"train_micro_batch_size_per_gpu": "auto" (the Trainer fills it from --per_device_train_batch_size)'
+)
 
 KeyPath = tuple[str, ...]  # a key's path: ("zero_optimization", "offload_optimizer")
 Problem = tuple[KeyPath, str]  # where, and what is wrong there
@@ -49,8 +54,41 @@ def check_ds_config(path: Path) -> None:
 
 
 def config_problems(config: dict, keys: Section, filled: frozenset[str]) -> list[Problem]:
-    """What is wrong with config, first the keys (and "auto"), then, when the keys are right, the values."""
-    return list(key_problems(config, keys, (), filled)) or list(value_problems(config, keys, ()))
+    """What is wrong with config, first the keys (and "auto"), then, when the keys are right, the values and the
+    batch DeepSpeed cannot start without (its assertion on every rank, after start-up)."""
+    problems = list(key_problems(config, keys, (), filled)) or list(value_problems(config, keys, ()))
+    if not problems and not any(key in config for key in BATCH_KEYS):
+        problems.append(((), NO_BATCH))
+    return problems or list(type_problems(config))
+
+
+def type_problems(config: dict) -> Iterator[Problem]:
+    """An optimizer or scheduler type DeepSpeed does not know: its engine finds out when it starts, on every rank
+    (a torch.optim name, or one of its own, as engine.py `_configure_basic_optimizer` and `_scheduler_from_config`
+    look them up)."""
+    import torch
+    from deepspeed.runtime import lr_schedules
+    from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
+
+    optimizer = config.get("optimizer")
+    name = optimizer.get("type") if isinstance(optimizer, dict) else None
+    if isinstance(name, str) and name.lower() not in DEEPSPEED_OPTIMIZERS and not hasattr(torch.optim, name):
+        known = ", ".join(DEEPSPEED_OPTIMIZERS)
+        fix = "fix the name, or leave the optimizer section out (the Trainer's AdamW)"
+        yield (
+            ("optimizer", "type"),
+            f"optimizer.type {brief(name)} is neither DeepSpeed's ({known}) nor torch.optim's: {fix}",
+        )
+    scheduler = config.get("scheduler")
+    name = scheduler.get("type") if isinstance(scheduler, dict) else None
+    known_schedules = lr_schedules.VALID_LR_SCHEDULES
+    if isinstance(name, str) and name not in known_schedules and not hasattr(torch.optim.lr_scheduler, name):
+        known = ", ".join(known_schedules)
+        fix = "fix the name, or leave the scheduler section out (the Trainer's)"
+        yield (
+            ("scheduler", "type"),
+            f"scheduler.type {brief(name)} is neither DeepSpeed's ({known}) nor torch.optim.lr_scheduler's: {fix}",
+        )
 
 
 def key_problems(config: dict, section: Section, path: KeyPath, filled: frozenset[str]) -> Iterator[Problem]:

@@ -13,7 +13,7 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from zerokit.foundations.errors import UserError
 from zerokit.outputs.ownership import OutputRecord
@@ -229,7 +229,22 @@ def training_arguments(
         raise UserError(f"HF's TrainingArguments refused the flags: {' '.join(str(error).split())}") from None
     if options.streaming and args.max_steps <= 0:
         raise UserError("--streaming has no length to plan epochs from: pass --max_steps N")
+    check_config_matches(options, args)
     return args
+
+
+def check_config_matches(options: TrainFlags, args: Any) -> None:
+    """A DeepSpeed config value that disagrees with the flags (a train_batch_size of 7 where the flags make 16):
+    HF's Trainer refuses it only when it starts DeepSpeed, after the run claimed its folder, in a traceback. Its
+    list is made with the TrainingArguments (trainer_config_process): read it here."""
+    config = getattr(args, "hf_deepspeed_config", None)
+    if config is None or not config.mismatches:
+        return
+    found = "; ".join(line.removeprefix("- ").strip() for line in config.mismatches)
+    raise UserError(
+        f"DeepSpeed config {options.ds_config}: its values disagree with the flags ({found}): set those keys to "
+        '"auto" (the Trainer fills them from the flags), or change the flags'
+    )
 
 
 def check_trainer_inputs(report_to: str | list[str] | None, backend: str | None) -> None:

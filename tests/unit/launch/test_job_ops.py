@@ -21,7 +21,11 @@ from zerokit.sources.ds_configs import bundled
 PY = "/venv/bin/python"
 TRAIN = (PY, "-m", "zerokit", "train")
 SCRIPT = (PY, "-m", "zerokit.launch.rank.user_script", "fit.py")
-LION = {"optimizer": {"type": "Lion", "params": {"lr": 1e-4}}, "zero_optimization": {"stage": 2}}
+LION = {
+    "optimizer": {"type": "Lion", "params": {"lr": 1e-4}},
+    "zero_optimization": {"stage": 2},
+    "train_micro_batch_size_per_gpu": "auto",
+}
 CPU_IMAGE = Prebuilt("cpu", {"cpu_adam": True, "cpu_lion": True, "fused_adam": True, "async_io": True})
 
 
