@@ -50,6 +50,8 @@ def test_what_deepspeeds_engine_would_assert_on_every_rank_is_named_at_the_door(
     """No batch size at all; an optimizer or scheduler DeepSpeed does not know (its own, or torch's by class name)."""
     line = refusal(tmp_path, {"zero_optimization": {"stage": 2}})
     assert line.startswith("sets neither train_micro_batch_size_per_gpu nor train_batch_size, and DeepSpeed needs one")
+    pipeline = {"zero_optimization": {"stage": 1}}  # train --pp-size: its engine sets the batch sizes itself
+    assert config_problems(pipeline, known_keys(), hf_filled_keys(), needs_batch=False) == []
     line = refusal(tmp_path, {**ZERO2, "optimizer": {"type": "AdamQ", "params": {"lr": "auto"}}})
     assert line.startswith("optimizer.type 'AdamQ' is neither DeepSpeed's (adagrad, adam, adamw, ")
     line = refusal(tmp_path, {**ZERO2, "scheduler": {"type": "WarmupLRR"}})

@@ -107,6 +107,7 @@ SAMPLES = {
     values.probability: ("0.25", 0.25),
     values.temperature: ("0.7", 0.7),
     values.top_p: ("0.9", 0.9),
+    values.tflops: ("989", 989.0),
     train_options.micro_batch_value: ("auto", "auto"),
     launch_config.address: (" 10.1.2.3 ", "10.1.2.3"),
     launch_config.main_port: ("29400", 29400),

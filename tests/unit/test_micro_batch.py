@@ -164,6 +164,21 @@ def test_rebatch_fills_hfs_deepspeed_config_anew(tmp_path: Path):
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 3)
 
 
+def test_the_door_leaves_a_fixed_global_batch_to_the_micro_batch_it_chooses(tmp_path: Path):
+    """train refuses a config whose values disagree with the flags before the run writes (HF would, once DeepSpeed
+    starts); with --micro-batch auto the batch sizes are chosen later, rebatch checks them again: not refused."""
+    from zerokit.train.run import FlagsRefused, training_arguments
+
+    fixed = tmp_path / "global.json"
+    fixed.write_text(json.dumps({**json.loads(bundled("zero2").read_text()), "train_batch_size": 12}))
+    argv = ["--config", str(fixed), "--output-dir", str(tmp_path / "out")]
+    chosen = parse([*argv, "--micro-batch", "auto"], environ={})[0]
+    assert training_arguments(chosen, [], None, False, []).hf_deepspeed_config.mismatches  # left to rebatch
+    embedded = r"\(ds train_batch_size=12 vs hf train_batch_size \(calculated\)=16\)"  # its 16 a step
+    with pytest.raises(FlagsRefused, match=embedded):
+        training_arguments(parse(argv, environ={})[0], [], None, False, [])
+
+
 def test_on_a_cpu_rank_the_estimate_alone_chooses_and_says_so(tmp_path: Path, capsys):
     """The real choice on this machine's CPU (no probe there): a tiny GPT-2, 12 training blocks, the node's memory."""
     from datasets import Dataset

@@ -89,6 +89,14 @@ def test_a_switch_the_run_cannot_use_is_refused_in_one_line(argv, said, monkeypa
     assert said in str(refused.value) and "\n" not in str(refused.value)
 
 
+def test_deepcompile_at_zero_0_runs_its_parallel_passes(tmp_path):
+    """autotp and autosp run at any ZeRO stage (only DeepSpeed's ZeRO passes need 1-3): not refused at ZeRO-0."""
+    config = tmp_path / "autotp.json"
+    passes = {"compile": {"deepcompile": True, "passes": ["autotp"]}, "train_micro_batch_size_per_gpu": "auto"}
+    config.write_text(json.dumps({"zero_optimization": {"stage": 0}, **passes}))
+    assert parse(["--compile", "deepcompile", "--config", str(config)], environ={})[0].compile == "deepcompile"
+
+
 def test_the_switches_reach_the_trainer_and_deepspeed(tmp_path):
     """--compile sets HF's torch_compile; deepcompile also DeepSpeed's compile section (the user's file unchanged)."""
     import base64

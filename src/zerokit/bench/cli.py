@@ -98,7 +98,9 @@ class BenchFlags:
         f"{', '.join(SHARED_SWITCHES)} (train's --compile torch is HF's --torch_compile; default: none)",
     )
     peak_tflops: float | None = flag(
-        "--peak-tflops", type=float, help="peak TFLOPS per device for MFU (default: a table of GPUs; none on CPU)"
+        "--peak-tflops",
+        check=values.tflops,
+        help="peak TFLOPS per device for MFU (default: a table of GPUs; none on CPU)",
     )
     jit_python: str | None = flag(
         "--jit-python", help="python of an environment whose DeepSpeed has no prebuilt ops (make bench makes one)"
@@ -155,7 +157,7 @@ def parse(argv: list[str]) -> BenchConfig:
     config = resolve_ds_config(args.config)
     if config is None:
         raise UserError("bench times DeepSpeed: give a config (zero1, zero2, zero3, zero3-offload or a file)")
-    check_ds_config(config)
+    check_ds_config(config, pipelined=flag_value(train_args, "--pp-size") is not None)
     import torch
 
     on_gpu = torch.cuda.is_available()
@@ -261,7 +263,7 @@ def checked_configs(text: str, ranks: int) -> list[str]:
         name, split, size = config_and_split(entry)
         config = resolve_ds_config(name)
         if config:
-            check_ds_config(config)
+            check_ds_config(config, pipelined=split == "pp")
         what = {"tp": "tensor parallel", "pp": "pipeline", "": ""}[split]
         if size < 1:
             raise UserError(f"--configs {entry}: the {what} size must be at least 1 (+{split}2, +{split}4, ...)")

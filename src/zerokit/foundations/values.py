@@ -107,6 +107,13 @@ def top_p(name: str, value: str) -> float:
     )
 
 
+def tflops(name: str, value: str) -> float:
+    """A device's peak TFLOPS (MFU's denominator): a finite number above 0."""
+    return _number_where(
+        name, value, lambda n: math.isfinite(n) and n > 0, "is not a peak: give the dense TFLOPS per device, e.g. 989"
+    )
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """Counts of at least 1, comma-separated ("1,2,4"): an argparse type."""
     try:

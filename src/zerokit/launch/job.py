@@ -51,6 +51,7 @@ class Spellings:
     accumulation: tuple[str, ...] = ()
     memory_checkpoints: tuple[str, ...] = ()  # a restart may resume a copy in the nodes' memory instead
     compile: tuple[str, ...] = ()  # train's --compile: deepcompile adds the config's compile.deepcompile
+    pp_size: tuple[str, ...] = ()  # train's --pp-size: its pipeline engine sets the config's batch sizes itself
     rewritten: bool = False  # a restart resumes it (--resume auto) and rescales its accumulation
 
 
@@ -61,6 +62,7 @@ FLAGS: dict[str, Spellings] = {
         accumulation=("--gradient_accumulation_steps", "--gradient-accumulation-steps"),  # as HF's parser reads it
         memory_checkpoints=("--memory-checkpoints",),  # else ZEROKIT_MEMORY_CHECKPOINTS
         compile=("--compile",),  # else ZEROKIT_COMPILE
+        pp_size=("--pp-size",),  # else ZEROKIT_PP_SIZE
         rewritten=True,
     ),
     "generate": Spellings(),
@@ -94,6 +96,7 @@ class Job:
     accumulation: str | None = None  # as given; None: the program's default
     memory_checkpoints: bool = False  # train --memory-checkpoints: a restart may resume from the nodes' memory
     deepcompile: bool = False  # train --compile deepcompile: DeepSpeed's compiler passes on (its config's compile)
+    pipelined: bool = False  # train --pp-size: DeepSpeed's pipeline engine, not the Trainer
 
 
 def kind_of(argv: Sequence[str]) -> str:
@@ -127,12 +130,18 @@ def read_job(argv: Sequence[str], environ: Mapping[str, str]) -> Job:
         micro_batch=first(flags, spelt.micro_batch),
         accumulation=first(flags, spelt.accumulation),
         memory_checkpoints=memory_copies(
-            first(flags, spelt.memory_checkpoints)
-            or (environ.get("ZEROKIT_MEMORY_CHECKPOINTS") if kind == "train" else None)
+            train_value(flags, spelt.memory_checkpoints, environ, "ZEROKIT_MEMORY_CHECKPOINTS", kind)
         ),
-        deepcompile=(first(flags, spelt.compile) or (environ.get("ZEROKIT_COMPILE") if kind == "train" else None))
-        == "deepcompile",
+        deepcompile=train_value(flags, spelt.compile, environ, "ZEROKIT_COMPILE", kind) == "deepcompile",
+        pipelined=train_value(flags, spelt.pp_size, environ, "ZEROKIT_PP_SIZE", kind) is not None,
     )
+
+
+def train_value(
+    flags: Sequence[str], spellings: Sequence[str], environ: Mapping[str, str], variable: str, kind: str
+) -> str | None:
+    """A flag's value as train reads it: given, else (for train) its ZEROKIT_ variable."""
+    return first(flags, spellings) or (environ.get(variable) if kind == "train" else None)
 
 
 def memory_copies(every: str | None) -> bool:

@@ -38,7 +38,7 @@ def job_ds_config(job: Job) -> dict | None:
         path = resolve_ds_config(job.ds_configs[0])
         if path is None:
             return None
-        check_ds_config(path)
+        check_ds_config(path, pipelined=job.pipelined)
         config = read_config(path)
         if config is not None and job.deepcompile:  # zerokit.train.options.ds_config_argument
             compiled = config.get("compile")

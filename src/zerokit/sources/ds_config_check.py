@@ -42,22 +42,24 @@ KeyPath = tuple[str, ...]  # a key's path: ("zero_optimization", "offload_optimi
 Problem = tuple[KeyPath, str]  # where, and what is wrong there
 
 
-def check_ds_config(path: Path) -> None:
-    """Refuse, in one line, a config DeepSpeed or the Trainer would refuse or misread once the ranks start."""
+def check_ds_config(path: Path, pipelined: bool = False) -> None:
+    """Refuse, in one line, a config DeepSpeed or the Trainer would refuse or misread once the ranks start.
+    pipelined: train's --pp-size, whose engine sets the batch sizes itself (zerokit.train.pipeline_run)."""
     if is_bundled(path):
         return
-    problems = config_problems(read_ds_config(path), known_keys(), hf_filled_keys())
+    problems = config_problems(read_ds_config(path), known_keys(), hf_filled_keys(), needs_batch=not pipelined)
     if problems:
         others = ", ".join(shown(where) for where, _ in problems[1:])
         more = f" (and {len(problems) - 1} more: {one_line(others)[:120]})" if others else ""
         raise UserError(f"DeepSpeed config {path}: {one_line(problems[0][1])}{more}")
 
 
-def config_problems(config: dict, keys: Section, filled: frozenset[str]) -> list[Problem]:
-    """What is wrong with config, first the keys (and "auto"), then, when the keys are right, the values and the
-    batch DeepSpeed cannot start without (its assertion on every rank, after start-up)."""
+def config_problems(config: dict, keys: Section, filled: frozenset[str], needs_batch: bool = True) -> list[Problem]:
+    """What is wrong with config, first the keys (and "auto"), then, when the keys are right, the values, the batch
+    DeepSpeed cannot start without where the Trainer does not set it (DeepSpeed's assertion on every rank, after
+    start-up) and the optimizer's and scheduler's names."""
     problems = list(key_problems(config, keys, (), filled)) or list(value_problems(config, keys, ()))
-    if not problems and not any(key in config for key in BATCH_KEYS):
+    if not problems and needs_batch and not any(key in config for key in BATCH_KEYS):
         problems.append(((), NO_BATCH))
     return problems or list(type_problems(config))
 

@@ -174,7 +174,7 @@ def main(argv: list[str]) -> int:
     check_hub_inputs(options)
     layout = check_layout(options, os.environ)
     if options.ds_config:  # against DeepSpeed's own keys: imports it (seconds), so after the checks that need no torch
-        check_ds_config(options.ds_config)
+        check_ds_config(options.ds_config, pipelined=options.pp_size is not None)
     if options.nproc_per_node > 1:
         from zerokit.launch.cli import run as launch
         from zerokit.launch.config import spawn_config

@@ -35,6 +35,12 @@ from zerokit.train.tensor_parallel import check_model
 from zerokit.train.training_run import TrainingRun
 
 
+class FlagsRefused(UserError):
+    """Every rank builds the same TrainingArguments from the same flags: rank 0 says what is refused."""
+
+    every_rank = True
+
+
 def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[str] = ()) -> int:
     """Build everything and train; called once per rank.
 
@@ -194,7 +200,7 @@ def training_arguments(
 
     class Parser(HfArgumentParser):
         def error(self, message: str) -> NoReturn:  # a choice not offered (--optim bogus): one line, not the usage
-            raise UserError(f"{message} (`zerokit train --help` lists zerokit's flags; TrainingArguments' are HF's)")
+            raise FlagsRefused(f"{message} (`zerokit train --help` lists zerokit's flags; TrainingArguments' are HF's)")
 
     parser = Parser(SecretFreeArguments, allow_abbrev=False)  # training_args.bin holds no token
     parser.set_defaults(**training_defaults(options.embedded, training_flags))
@@ -226,11 +232,16 @@ def training_arguments(
     try:
         (args,) = parser.parse_args_into_dataclasses([*training_flags, *forced])
     except ValueError as error:  # TrainingArguments' own checks of the flags together (fp16 with bf16, ...)
-        raise UserError(f"HF's TrainingArguments refused the flags: {' '.join(str(error).split())}") from None
+        raise FlagsRefused(f"HF's TrainingArguments: {' '.join(str(error).split())}") from None
     if options.streaming and args.max_steps <= 0:
         raise UserError("--streaming has no length to plan epochs from: pass --max_steps N")
     check_config_matches(options, args)
     return args
+
+
+# The DeepSpeed config's batch sizes, which --micro-batch auto (zerokit.train.micro_probe.rebatch) and HF's
+# --auto_find_batch_size fill anew once they have chosen.
+BATCH_SIZES = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
 
 
 def check_config_matches(options: TrainFlags, args: Any) -> None:
@@ -238,10 +249,13 @@ def check_config_matches(options: TrainFlags, args: Any) -> None:
     HF's Trainer refuses it only when it starts DeepSpeed, after the run claimed its folder, in a traceback. Its
     list is made with the TrainingArguments (trainer_config_process): read it here."""
     config = getattr(args, "hf_deepspeed_config", None)
-    if config is None or not config.mismatches:
+    mismatches = [line.removeprefix("- ").strip() for line in config.mismatches] if config is not None else []
+    if options.micro_batch or args.auto_find_batch_size:  # the batch is chosen later, and checked again then
+        mismatches = [line for line in mismatches if line.split("=")[0].removeprefix("ds ") not in BATCH_SIZES]
+    if not mismatches:
         return
-    found = "; ".join(line.removeprefix("- ").strip() for line in config.mismatches)
-    raise UserError(
+    found = "; ".join(mismatches)
+    raise FlagsRefused(
         f"DeepSpeed config {options.ds_config}: its values disagree with the flags ({found}): set those keys to "
         '"auto" (the Trainer fills them from the flags), or change the flags'
     )
@@ -252,21 +266,26 @@ def check_trainer_inputs(report_to: str | list[str] | None, backend: str | None)
     package this environment lacks, a --torch_compile_backend accelerate does not know."""
     from accelerate.utils import DynamoBackend
     from transformers.integrations import INTEGRATION_TO_CALLBACK, get_available_reporting_integrations
+    from transformers.integrations.integration_utils import is_azureml_available
 
-    available = get_available_reporting_integrations()
+    # HF's list leaves azure_ml out where mlflow is installed (which then reports), and never names flyte (its
+    # callback checks flytekit itself): neither is refused here for that.
+    available = set(get_available_reporting_integrations())
+    if is_azureml_available():
+        available.add("azure_ml")
     for name in [report_to] if isinstance(report_to, str) else report_to or []:
-        if name in ("none", "all") or name in available:
+        if name in ("none", "all", "flyte") or name in available:
             continue
         if name not in INTEGRATION_TO_CALLBACK:
             known = ", ".join(sorted(INTEGRATION_TO_CALLBACK))
-            raise UserError(f"--report_to {name}: not one of HF's integrations ({known}, none, all)")
-        raise UserError(
+            raise FlagsRefused(f"--report_to {name}: not one of HF's integrations ({known}, none, all)")
+        raise FlagsRefused(
             f"--report_to {name} needs its package, which this environment lacks: add it to the image "
             "(docs/extra-packages.md), or --report_to none"
         )
     backends = sorted(b.value.lower() for b in DynamoBackend)
     if backend is not None and backend.lower() not in backends:
-        raise UserError(f"--torch_compile_backend {backend}: not one of {', '.join(backends)}")
+        raise FlagsRefused(f"--torch_compile_backend {backend}: not one of {', '.join(backends)}")
 
 
 def given_batch(parser, flags: list[str]) -> tuple[int, int | None]:

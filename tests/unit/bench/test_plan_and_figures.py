@@ -222,6 +222,8 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path: Path, zk_env):
     assert result_.returncode == 2 and "at least 1" in result_.stderr
     result_ = run_zerokit(["bench", "--output", str(tmp_path / "new"), "--repeats", "0"], zk_env)  # was a TypeError
     assert (result_.returncode, result_.stderr) == (2, "error: --repeats (ZEROKIT_REPEATS) must be at least 1, got 0\n")
+    result_ = run_zerokit(["bench", "--output", str(tmp_path / "new"), "--peak-tflops", "-1"], zk_env)  # ran all
+    assert result_.returncode == 2 and "--peak-tflops (ZEROKIT_PEAK_TFLOPS)='-1' is not a peak" in result_.stderr
     assert not (tmp_path / "new").exists()
     # What train would refuse in the first run is refused before --overwrite replaces the earlier report.
     again = ["bench", "--output", str(existing), "--overwrite"]

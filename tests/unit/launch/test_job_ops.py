@@ -60,6 +60,10 @@ def test_train_uses_its_config_flag_then_zerokit_config_then_its_default(tmp_pat
     assert job_ds_config((*TRAIN, "--compile", "deepcompile"), {}) == deepcompile
     assert job_ds_config(TRAIN, {"ZEROKIT_COMPILE": "deepcompile"}) == deepcompile
     assert job_ds_config((*TRAIN, "--compile=torch"), {"ZEROKIT_COMPILE": "deepcompile"}) == bundled_zero2
+    unbatched = write(tmp_path, {"zero_optimization": {"stage": 1}}, "pipeline.json")  # --pp-size's engine batches
+    assert job_ds_config((*TRAIN, "--config", unbatched, "--pp-size", "2"), {}) == {"zero_optimization": {"stage": 1}}
+    with pytest.raises(UserError, match="sets neither train_micro_batch_size_per_gpu nor train_batch_size"):
+        job_ds_config((*TRAIN, "--config", unbatched), {})
     typo = write(tmp_path, {"zero_optimisation": {"stage": 2}}, "typo.json")
     with pytest.raises(UserError, match="unknown key zero_optimisation: did you mean zero_optimization"):
         job_ds_config((*TRAIN, "--config", typo), {})
