@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from zerokit.cluster.shm_segments import PREFIX, SHM_DIR
+from zerokit.foundations.process_tree import STACKS_ENV, stop_tree
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,16 +40,32 @@ def zk_env(tmp_path: Path) -> dict[str, str]:
     return isolated_env(tmp_path)
 
 
+def run_bounded(
+    argv: list[str], *, timeout: float, input: str | None = None, **popen_kwargs
+) -> subprocess.CompletedProcess[str]:
+    """subprocess.run(argv, capture_output=True, text=True, timeout=...), except that a timeout ends the command's
+    whole tree of processes (torchrun's, launch's and DeepSpeed's ranks outlive their parent otherwise, orphaned
+    and running after the test), and the Python ones' stacks are printed, for pytest's report of the failure."""
+    env = {**popen_kwargs.pop("env", os.environ), **STACKS_ENV}
+    stdin = subprocess.PIPE if input is not None else None
+    with subprocess.Popen(
+        argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True, **popen_kwargs,
+    ) as process:  # fmt: skip
+        try:
+            stdout, stderr = process.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_tree(process.pid, dump_stacks=True)
+            stdout, stderr = process.communicate()
+            print(f"{argv} timed out after {timeout} s; its output and stacks:\n{stdout[-5000:]}\n{stderr[-30000:]}",
+                  file=sys.stderr)  # fmt: skip
+            raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr) from None
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
 def run_zerokit(args: list[str], env: dict[str, str], timeout: float = 600, cwd: Path | None = None):
     """`python -m zerokit ARGS`; returns the CompletedProcess with text output."""
-    return subprocess.run(
-        [sys.executable, "-m", "zerokit", *args],
-        env=env,
-        cwd=cwd or REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_bounded([sys.executable, "-m", "zerokit", *args], env=env, cwd=cwd or REPO, timeout=timeout)
 
 
 def logged_losses(output: Path) -> list[float]:

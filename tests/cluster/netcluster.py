@@ -38,6 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.conftest import run_bounded
+
 SUBNET = "10.77.7.0/24"
 IFACE = "eth0"  # the node's end of its veth pair (DeepSpeed's openmpi runner hard-codes btl_tcp_if_include eth0)
 BRIDGE = "br0"
@@ -164,15 +166,10 @@ class Cluster:
         check: bool = False,
     ) -> subprocess.CompletedProcess[str]:
         """Run ARGV on NODE and wait; text stdout/stderr captured. ENV is added to the caller's environment."""
-        return subprocess.run(
-            [*self.enter(node, cwd), *argv],
-            env=self.node_env(env),
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=check,
-        )
+        result = run_bounded([*self.enter(node, cwd), *argv], env=self.node_env(env), input=input, timeout=timeout)
+        if check:
+            result.check_returncode()
+        return result
 
     def popen(
         self,

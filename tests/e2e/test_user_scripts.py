@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, isolated_env
+from tests.conftest import REPO, isolated_env, run_bounded
 
 USERS = REPO / "tests" / "users"
 LOSS = re.compile(r"'loss': '?([0-9.]+)")
@@ -35,12 +35,10 @@ def inputs(tmp_path_factory) -> dict[str, str]:
 
 
 def launch(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return run_bounded(
         [sys.executable, "-m", "zerokit", "launch", "--nproc-per-node", "2", "--no-preflight", *argv],
         env={**env, "OMP_NUM_THREADS": "1"},
         cwd=cwd,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
 

@@ -25,7 +25,7 @@ from transformers import (
     default_data_collator,
 )
 
-from zerokit.foundations.process_end import end_process
+from zerokit.foundations.process_end import end_process, keep_until_exit
 
 
 @dataclass
@@ -92,6 +92,7 @@ def main() -> None:
         data_collator=default_data_collator,
         callbacks=callbacks,
     )
+    keep_until_exit(trainer)  # its DDP model holds the process group: never freed under the GIL (see end_process)
     trainer.train()
     trainer.save_model()
     if torch.distributed.is_initialized():  # as torch's docs end a distributed script (gloo may abort at exit)
@@ -100,7 +101,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Ended as zerokit's ranks end (zerokit.foundations.process_end): a gloo thread that wants the GIL during the
-    # interpreter's finalization can abort the rank, or hold it; the bench saw a rank of this script wait forever
-    # in a futex after its model was written, twice in four runs of the smallest setting.
+    # Ended as zerokit's ranks end (zerokit.foundations.process_end): a gloo thread that wants the GIL while the
+    # process group is freed, or during the interpreter's finalization, can abort the rank or hold it forever.
     end_process(0)

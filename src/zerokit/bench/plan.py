@@ -78,6 +78,12 @@ class Run:
     def timings(self) -> Path:
         return self.folder / "timings"
 
+    @property
+    def steps(self) -> int:
+        """The optimizer steps it trains: its argv's last --max_steps, as the Trainer reads them."""
+        at = len(self.argv) - 1 - self.argv[::-1].index("--max_steps")
+        return int(self.argv[at + 1])
+
 
 @dataclass(frozen=True)
 class PlainInputs:

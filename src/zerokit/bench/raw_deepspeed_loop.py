@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, default_data_collator, get_scheduler
 
 from zerokit.bench.plain_hf_trainer import ScriptArguments, load_model, text_blocks
-from zerokit.foundations.process_end import end_process
+from zerokit.foundations.process_end import end_process, keep_until_exit
 from zerokit.train.callbacks.step_clock import StepClock
 
 
@@ -81,6 +81,7 @@ def main() -> None:
         lr_scheduler=None if "scheduler" in config else scheduler,
         config=config,
     )
+    keep_until_exit(engine)  # it holds the process group: never freed under the GIL (zerokit.foundations.process_end)
     if args.torch_compile:  # as accelerate compiles a DeepSpeed model for the Trainer: the engine's own compile()
         mode = {"mode": args.torch_compile_mode} if args.torch_compile_mode else {}
         engine.compile(backend=args.torch_compile_backend or "inductor", compile_kwargs=mode)
@@ -121,7 +122,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    # Ended as zerokit's ranks end (zerokit.foundations.process_end): a gloo thread that wants the GIL during the
-    # interpreter's finalization can abort the rank, or hold it; the bench saw a rank of this script wait forever
-    # in a futex after its model was written, twice in four runs of the smallest setting.
+    # Ended as zerokit's ranks end (zerokit.foundations.process_end): a gloo thread that wants the GIL while the
+    # process group is freed, or during the interpreter's finalization, can abort the rank or hold it forever.
     end_process(0)

@@ -9,9 +9,11 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import IO
 
 from zerokit.bench.plan import Run
 from zerokit.foundations.errors import UserError
+from zerokit.foundations.process_tree import STACKS_ENV, stop_tree
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,20 @@ class RunResult:
         return asdict(self)
 
 
+# A run's time limit (time_limit): start-up (imports, model, data, DeepSpeed's engine; the JIT run compiles its
+# ops in it), then each step, then the end once every rank has written its timings (model saved, ranks leaving).
+STARTUP_ALLOWANCE_S = 600
+STEP_ALLOWANCE_S = 30
+EXIT_ALLOWANCE_S = 120
+
+
+def time_limit(run: Run) -> int:
+    """Seconds a run may take before it counts as hung: generous, so that a slow machine is not called hung."""
+    return STARTUP_ALLOWANCE_S + STEP_ALLOWANCE_S * run.steps
+
+
 def execute(run: Run, warmup_steps: int, hosts: tuple[str, ...]) -> RunResult:
-    """Start the run's command, wait for it, read its timings; a failed run stops the bench in one line."""
+    """Start the run's command, wait for it, read its timings; a failed or hung run stops the bench in one line."""
     run.folder.mkdir(parents=True)
     if run.nodes > 1:
         (run.folder / "hostfile").write_text("".join(f"{host}\n" for host in hosts[: run.nodes]))
@@ -56,7 +70,7 @@ def execute(run: Run, warmup_steps: int, hosts: tuple[str, ...]) -> RunResult:
     (run.folder / "command.txt").write_text(" ".join(run.argv) + "\n")
     started = time.time()
     with log.open("w") as out:
-        code = subprocess.call(run.argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **run.env})
+        code = wait_bounded(run, out)
     wall = time.time() - started
     if code != 0:
         raise UserError(f"bench run {run.name} failed (exit code {code}): see {log}")
@@ -64,6 +78,32 @@ def execute(run: Run, warmup_steps: int, hosts: tuple[str, ...]) -> RunResult:
     if run.variant == "jit" and not result.compiled_ops:
         raise UserError(f"bench run {run.name} compiled no op: the --jit-python environment has prebuilt ops")
     return result
+
+
+def wait_bounded(run: Run, out: IO[str]) -> int:
+    """Run the command to its end, or stop its whole tree of processes once it has hung: past time_limit, or
+    EXIT_ALLOWANCE_S after every rank wrote its timings. A hung run's stacks go to its log (one line says so)."""
+    env = {**os.environ, **run.env, **STACKS_ENV}
+    process = subprocess.Popen(run.argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    limit = time_limit(run)
+    deadline, worked = time.monotonic() + limit, None
+    while process.poll() is None:
+        if worked is None and len(list(run.timings.glob("rank-*.json"))) == run.world_size:
+            worked = time.monotonic()
+        if worked is not None and time.monotonic() > worked + EXIT_ALLOWANCE_S:
+            hang = f"its ranks had trained and written their timings, and {EXIT_ALLOWANCE_S} s later it had not ended"
+        elif time.monotonic() > deadline:
+            hang = (f"it had not ended after {limit} s ({STARTUP_ALLOWANCE_S} s to start, {STEP_ALLOWANCE_S} s for "
+                    f"each of its {run.steps} steps)")  # fmt: skip
+        else:
+            time.sleep(1)
+            continue
+        out.write(f"\nbench: {hang}: every process's stacks follow (SIGABRT under PYTHONFAULTHANDLER)\n")
+        out.flush()
+        stop_tree(process.pid, dump_stacks=True)
+        process.wait()
+        raise UserError(f"bench run {run.name} hung: {hang}; stopped, its stacks are in {out.name}")
+    return process.returncode
 
 
 def compiled_ops(run: Run) -> list[str]:

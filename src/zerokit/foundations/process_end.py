@@ -13,6 +13,13 @@ aborts either (issue 32's measurement). Any native thread that needs the GIL lat
 So, once the work is done: stop and wait for the non-daemon threads, run the atexit handlers (both as
 Python's exit does), flush Python's and C's buffered output, and leave with os._exit. Nothing of the interpreter
 is torn down while another thread may still run native code.
+
+The same deadlock comes earlier if what holds a process group is freed before end_process (issue 61): a rank
+of bench's plain HF run wrote its model and never ended. When `main()` returned, its frame freed the Trainer's
+DDP model; the Reducer's ProcessGroupGloo destructor, on the main thread with the GIL held, waited on the group's
+work mutex, while a gloo worker thread that held it, finishing an allgather, waited for the GIL to free a
+tensor. So a rank hands what holds its process group (the Trainer, a DeepSpeed engine, a DDP model) to
+`keep_until_exit`: it is never freed, and os._exit ends the process with it.
 """
 
 from __future__ import annotations
@@ -24,6 +31,17 @@ import os
 import sys
 import threading
 from typing import NoReturn
+
+_KEPT: list[object] = []  # freed by nobody: the process ends with them (keep_until_exit)
+
+
+def keep_until_exit(*objects: object) -> None:
+    """Hold `objects` until the process ends, so that no destructor of a process group runs under the GIL.
+
+    Call it where a rank builds what holds a process group (see the module's docstring); the rank must then
+    end through end_process, which leaves without freeing them.
+    """
+    _KEPT.extend(objects)
 
 
 def end_process(code: int) -> NoReturn:

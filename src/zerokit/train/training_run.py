@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from zerokit.foundations.errors import RunFailure
+from zerokit.foundations.process_end import keep_until_exit
 from zerokit.train.layout import ParallelLayout
 from zerokit.train.options import TrainFlags
 
@@ -78,6 +79,7 @@ class TrainingRun:
             print(self.start, flush=True)
         try:
             built = engine(self)
+            keep_until_exit(built)  # it holds the process group: never freed under the GIL (foundations.process_end)
             if rank0:
                 batch = self.args.per_device_train_batch_size, self.args.gradient_accumulation_steps
                 print(self.layout.describe(*batch), flush=True)
