@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import importlib
 import os
-import signal
 import sys
 from dataclasses import dataclass
 
 from zerokit.foundations.errors import OneLineError
+from zerokit.foundations.pool_signals import stop_signal
 from zerokit.foundations.process_end import end_process
 
 
@@ -108,10 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         if not error.every_rank or os.environ.get("RANK", "0") == "0":
             print(f"error: {error}", file=sys.stderr)
         return error.exit_code
-    except KeyboardInterrupt:  # Ctrl-C outside training's steps (which checkpoint on it): one line, no traceback
+    except KeyboardInterrupt as stop:  # Ctrl-C (or SIGTERM where a pool works) outside training's steps: one line
+        stopped_by = stop_signal(stop)
         if os.environ.get("RANK", "0") == "0":
-            print(f"zerokit {name}: interrupted (SIGINT)", file=sys.stderr)
-        return 128 + signal.SIGINT
+            print(f"zerokit {name}: interrupted ({stopped_by.name})", file=sys.stderr)
+        return 128 + stopped_by
 
 
 if __name__ == "__main__":

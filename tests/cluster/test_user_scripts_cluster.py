@@ -24,7 +24,7 @@ def tutorial_job(cluster: Cluster, name: str) -> tuple[Path, list[str]]:
     from transformers import AutoTokenizer
 
     from zerokit.sources.embedded import model_config, prepare_embedded
-    from zerokit.train.model import fit_to_tokenizer
+    from zerokit.train.model.loading import fit_to_tokenizer
 
     tmp = cluster.shared_dir / name
     tmp.mkdir()

@@ -7,7 +7,7 @@ a foreground save, and never half-published.
   ZeRO-3's background checkpoints resume on the uninterrupted curve in tests/e2e/test_preemption.py (the default
   writes them there).
 - The writers of both ranks SIGKILLed while each is half way through a file of checkpoint-8 (paced by the fault
-  tests' variable, zerokit.train.checkpoint_files.PAUSE_VARIABLE): checkpoint-8 is never published, `--resume auto`
+  tests' variable, zerokit.train.checkpoints.files.PAUSE_VARIABLE): checkpoint-8 is never published, `--resume auto`
   takes checkpoint-4, finishes and clears the half-written folder.
 """
 
@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 
 from tests.conftest import REPO, logged_losses, run_zerokit
 from zerokit.outputs.checkpoints import damage, newest_complete_checkpoint
-from zerokit.train.checkpoint_files import PARTIAL_SUFFIX, PAUSE_VARIABLE
+from zerokit.train.checkpoints.files import PARTIAL_SUFFIX, PAUSE_VARIABLE
 
 NO_DROPOUT = "resid_pdrop=0,embd_pdrop=0,attn_pdrop=0"
 

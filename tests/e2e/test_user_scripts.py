@@ -26,7 +26,7 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     from transformers import AutoTokenizer
 
     from zerokit.sources.embedded import model_config, prepare_embedded
-    from zerokit.train.model import fit_to_tokenizer
+    from zerokit.train.model.loading import fit_to_tokenizer
 
     folder = tmp_path_factory.mktemp("user-inputs")
     files, tokenizer = prepare_embedded(folder)

@@ -25,9 +25,9 @@ def test_the_probe_halves_after_a_real_out_of_memory_and_frees_it():
     torch.cuda.OutOfMemoryError beyond it), probed from 256 samples of 512 tokens down."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from zerokit.train.memory_need import Activations
-    from zerokit.train.micro_batch import halving
-    from zerokit.train.micro_probe import probe
+    from zerokit.train.sizing.memory_need import Activations
+    from zerokit.train.sizing.micro_batch import halving
+    from zerokit.train.sizing.micro_probe import probe
 
     device = torch.device("cuda", torch.cuda.current_device())
     total = torch.cuda.mem_get_info(device)[1]

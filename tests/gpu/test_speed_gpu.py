@@ -42,7 +42,7 @@ def test_the_clock_waits_for_the_device_only_after_the_first_step_and_at_the_end
 def test_the_chunked_cross_entropy_in_bf16_on_the_device_is_hfs_within_bf16_rounding():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from zerokit.train.fused_loss import use_fused_loss
+    from zerokit.train.model.fused_loss import use_fused_loss
 
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=50304, n_layer=2, n_embd=256, n_head=4, n_positions=256)

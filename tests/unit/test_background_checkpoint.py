@@ -13,10 +13,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from zerokit.train.checkpoint_capture import Capture, capturing
-from zerokit.train.checkpoint_files import PARTIAL_SUFFIX, PAUSE_VARIABLE, PendingFile
-from zerokit.train.checkpoint_writer import BackgroundWriter, Job, SaveFigures, SaveLog
-from zerokit.train.host_snapshot import HostSnapshot
+from zerokit.train.checkpoints.capture import Capture, capturing
+from zerokit.train.checkpoints.files import PARTIAL_SUFFIX, PAUSE_VARIABLE, PendingFile
+from zerokit.train.checkpoints.host_snapshot import HostSnapshot
+from zerokit.train.checkpoints.writer import BackgroundWriter, Job, SaveFigures, SaveLog
 
 
 def test_the_copy_holds_the_state_as_it_was_and_reuses_its_buffers():
@@ -150,10 +150,10 @@ def test_the_run_record_goes_into_the_unpublished_checkpoint_and_records_what_ea
 
 
 def test_a_file_whose_copy_finds_no_host_memory_is_written_in_place(tmp_path: Path, monkeypatch, capsys):
-    from zerokit.train import checkpoint_capture, host_snapshot
+    from zerokit.train.checkpoints import host_snapshot
 
     monkeypatch.setattr(host_snapshot, "RESERVE_BYTES", 2**60)  # no node has that much left
-    monkeypatch.setattr(checkpoint_capture.Capture, "warned", False)
+    monkeypatch.setattr(Capture, "warned", False)
     written: list[str] = []
     snapshot = HostSnapshot()
     snapshot.begin()

@@ -70,16 +70,36 @@ def test_a_misspelt_nested_key_names_its_path(tmp_path: Path):
     assert line.endswith("(and 1 more: zero_optimization.offload_param.pin_memry)")
 
 
-def test_a_value_of_the_wrong_type_is_named_by_deepspeeds_model(tmp_path: Path):
+def test_a_value_of_the_wrong_type_is_named_by_deepspeeds_model_in_zerokits_words(tmp_path: Path):
+    """DeepSpeed's pydantic models judge the value; the line says it as a person would (pydantic's own
+    `Input should be 0, 1, 2, 3 or 3 (got 4)` named a stage twice)."""
     zero = {"stage": 3, "offload_optimizer": {"device": "gpu"}}
     assert refusal(tmp_path, {"zero_optimization": zero}) == (
-        "zero_optimization.offload_optimizer.device: Input should be 'none', 'cpu' or 'nvme' (got 'gpu')"
+        "zero_optimization.offload_optimizer.device: 'gpu' is not allowed: give one of 'none', 'cpu', 'nvme'"
     )
-    assert refusal(tmp_path, {"zero_optimization": {"stage": 2}, "bf16": {"enabled": [1]}}).startswith(
-        "bf16.enabled: Input should be a valid boolean"
+    assert refusal(tmp_path, {"zero_optimization": {"stage": 4}}) == (
+        "zero_optimization.stage: 4 is not allowed: give one of 0, 1, 2, 3"
+    )
+    assert refusal(tmp_path, {"zero_optimization": {"stage": 2}, "bf16": {"enabled": [1]}}) == (
+        "bf16.enabled: [1] is not true or false: give true or false"
+    )
+    assert refusal(tmp_path, {"zero_optimization": {"stage": 2, "reduce_bucket_size": "big"}}) == (
+        "zero_optimization.reduce_bucket_size: 'big' is not a whole number: give a whole number"
     )
     assert refusal(tmp_path, {"zero_optimization": 2}) == (
         "zero_optimization must be a JSON object of zero_optimization keys, not a number"
+    )
+
+
+def test_an_optimizer_value_that_is_not_a_number_is_called_that(tmp_path: Path):
+    """Not a disagreement with the flags, as HF's check called it once DeepSpeed started."""
+    optimizer = {"type": "AdamW", "params": {"lr": "abc", "betas": [0.9, 0.95], "eps": "auto"}}
+    assert refusal(tmp_path, {**ZERO2, "optimizer": optimizer}) == (
+        "optimizer.params.lr: 'abc' is not a number: give a number, or \"auto\" (the flags')"
+    )
+    scheduler = {"type": "WarmupLR", "params": {"warmup_num_steps": 10, "warmup_max_lr": ["1e-3"]}}
+    assert refusal(tmp_path, {**ZERO2, "scheduler": scheduler}).startswith(
+        "scheduler.params.warmup_max_lr: ['1e-3'] is not a list of numbers"
     )
 
 

@@ -11,8 +11,8 @@ import pytest
 from zerokit.foundations.errors import UserError
 from zerokit.image.provenance import RECORD_NAME
 from zerokit.train.callbacks.run_record import RunRecorder, write_record
-from zerokit.train.global_batch import GlobalBatch, accumulation_for, kept_accumulation, saved_batch
 from zerokit.train.options import TrainFlags
+from zerokit.train.sizing.global_batch import GlobalBatch, accumulation_for, kept_accumulation, saved_batch
 
 CHECKPOINT = Path("runs/x/checkpoint-10")
 

@@ -25,6 +25,23 @@ LAYERS: list[set[str]] = [
 ]
 LEVEL = {part: level for level, parts in enumerate(LAYERS) for part in parts}
 
+# train's rooms from the top down (docs/architecture.md draws them): a module imports only its own room or one below.
+TRAIN_ROOMS = [
+    "cli",
+    "run",
+    "engines",
+    "training_run",
+    "callbacks",
+    "checkpoints",
+    "sizing",
+    "data",
+    "model",
+    "options",
+    "parallel",
+    "hf_flags",
+    "secret_free",
+]
+
 
 def module_name(path: Path) -> str:
     return ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
@@ -87,3 +104,23 @@ def test_no_two_parts_import_each_other():
             edges[part_of(a)].add(part_of(b))
     cycles = sorted(f"{a} <-> {b}" for a in edges for b in edges[a] if a in edges.get(b, ()) and a < b)
     assert cycles == []
+
+
+def train_room(module: str) -> str | None:
+    """The room of train that module is, or lies in (None: outside train, or train's face)."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["zerokit", "train"] and len(parts) > 2 else None
+
+
+def test_every_room_of_train_is_drawn():
+    rooms = {p.stem for p in (SRC / "zerokit" / "train").iterdir() if p.suffix == ".py" or p.is_dir()}
+    assert rooms - {"__init__", "__pycache__"} == set(TRAIN_ROOMS)
+
+
+def test_no_room_of_train_imports_one_above_it():
+    upward = [
+        f"{a} imports {b}"
+        for a, b in imports()
+        if (room := train_room(a)) and (other := train_room(b)) and TRAIN_ROOMS.index(other) < TRAIN_ROOMS.index(room)
+    ]
+    assert upward == []

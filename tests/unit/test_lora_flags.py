@@ -6,7 +6,7 @@ import pytest
 
 from zerokit.foundations.errors import UserError
 from zerokit.train.cli import parse
-from zerokit.train.lora import LoraSpec, count_parameters, default_targets, parse_lora, train_last_layers
+from zerokit.train.model.lora import LoraSpec, count_parameters, default_targets, parse_lora, train_last_layers
 
 
 def test_parse_lora_defaults_and_targets():

@@ -10,10 +10,10 @@ import pytest
 
 from zerokit.foundations.errors import UserError
 from zerokit.launch.job import read_job
+from zerokit.train.checkpoints.node_copies.recovery import choose
+from zerokit.train.checkpoints.node_copies.saver import MemoryCopyFailed, naming_a_failed_copy
+from zerokit.train.checkpoints.node_copies.store import NodeStore, check_room, read_copy, seal
 from zerokit.train.cli import parse
-from zerokit.train.memory_checkpoints import MemoryCopyFailed, naming_a_failed_copy
-from zerokit.train.memory_store import NodeStore, check_room, read_copy, seal
-from zerokit.train.peer_recovery import choose
 
 
 def written_copy(folder: Path, files: dict[str, bytes]) -> Path:
@@ -110,14 +110,14 @@ def swap_on_a_node(rank: int, tmp: str) -> None:
     """One node's first rank of a 2-node ring (gloo over a file), swapping its copy in 7-byte pieces."""
     import torch.distributed as dist
 
-    from zerokit.train import peer_ring
+    from zerokit.train.checkpoints.node_copies import ring
 
     dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=2)
-    peer_ring.CHUNK = 7
-    ring = peer_ring.Ring(peer_ring.Nodes.of(["node1", "node2"]), rank)
+    ring.CHUNK = 7
+    node_ring = ring.Ring(ring.Nodes.of(["node1", "node2"]), rank)
     copy = written_copy(Path(tmp) / f"own-{rank}", {"zerokit-memory.json": b"{}", "empty": b"",
                                                    "g/big.pt": bytes(range(rank, rank + 40))})  # fmt: skip
-    received = ring.exchange(copy, Path(tmp) / f"peer-{rank}")
+    received = node_ring.exchange(copy, Path(tmp) / f"peer-{rank}")
     assert received == 42
     dist.destroy_process_group()
 

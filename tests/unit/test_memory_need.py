@@ -1,5 +1,6 @@
-"""The memory a rank needs (zerokit.train.memory_need): a hand computation, DeepSpeed's estimators, and
-the runs it refuses, warns about or lets through; train's reading of a run's numbers (zerokit.train.memory_check)."""
+"""The memory a rank needs (zerokit.train.sizing.memory_need): a hand computation, DeepSpeed's estimators, and
+the runs it refuses, warns about or lets through; train's reading of a run's numbers
+(zerokit.train.sizing.memory_check)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from zerokit.sources.ds_configs import bundled
-from zerokit.train.memory_check import count_parameters, setup
-from zerokit.train.memory_need import GiB, Node, Setup, estimate, judge
 from zerokit.train.options import TrainFlags
-from zerokit.train.tensor_parallel import SMALL_LLAMA, check_model_type
+from zerokit.train.parallel.tensor_parallel import SMALL_LLAMA, check_model_type
+from zerokit.train.sizing.memory_check import count_parameters, setup
+from zerokit.train.sizing.memory_need import GiB, Node, Setup, estimate, judge
 
 # `train --model-type llama`: transformers' LlamaConfig(), its vocabulary fitted to the embedded tokenizer's 512
 # tokens, counted on the meta device (6,738,415,616 with LlamaConfig's own 32000)

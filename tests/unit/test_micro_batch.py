@@ -1,5 +1,5 @@
-"""`--micro-batch auto` (zerokit.train.micro_batch, zerokit.train.micro_probe): the candidates, the halving, the
-refusals before torch, the activation estimate, and the choice on a CPU rank, which is the estimate alone.
+"""`--micro-batch auto` (zerokit.train.sizing.micro_batch, zerokit.train.sizing.micro_probe): the candidates, the
+halving, the refusals before torch, the activation estimate, and the choice on a CPU rank, which is the estimate alone.
 
 Where a GPU is needed (the halving after an out-of-memory probe) a fake memory function stands in for the GPU's:
 `fits` below says which sizes a GPU of that many bytes would hold. Everything else is the real thing."""
@@ -14,9 +14,9 @@ import pytest
 from zerokit.foundations.errors import UserError
 from zerokit.sources.ds_configs import bundled
 from zerokit.train.cli import parse
-from zerokit.train.memory_need import Activations, GiB, Setup, estimate, largest_batch, still_to_come
-from zerokit.train.micro_batch import MAX_MICRO, accumulation_for, candidates, halving, share_of
-from zerokit.train.micro_probe import MicroBatch
+from zerokit.train.sizing.memory_need import Activations, GiB, Setup, estimate, largest_batch, still_to_come
+from zerokit.train.sizing.micro_batch import MAX_MICRO, accumulation_for, candidates, halving, share_of
+from zerokit.train.sizing.micro_probe import MicroBatch
 
 
 def test_candidates_are_powers_of_two_up_to_the_bound_the_data_and_the_ceiling():
@@ -149,7 +149,7 @@ def test_rebatch_fills_hfs_deepspeed_config_anew(tmp_path: Path):
     chosen micro-batch must reach the config DeepSpeed starts with, and a fixed train_batch_size must match it."""
     from transformers import TrainingArguments
 
-    from zerokit.train.micro_probe import rebatch
+    from zerokit.train.sizing.micro_probe import rebatch
 
     config = json.loads(bundled("zero2").read_text())
     fixed = tmp_path / "global.json"
@@ -184,7 +184,7 @@ def test_on_a_cpu_rank_the_estimate_alone_chooses_and_says_so(tmp_path: Path, ca
     from datasets import Dataset
     from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments
 
-    from zerokit.train.micro_probe import choose_micro_batch
+    from zerokit.train.sizing.micro_probe import choose_micro_batch
 
     options = parse(["--micro-batch", "auto", "--config", "none"], environ={})[0]
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True)
@@ -205,7 +205,7 @@ def test_the_models_shape_and_the_runs_switches_make_its_activations(tmp_path: P
 
     from transformers import GPT2Config, LlamaConfig
 
-    from zerokit.train.micro_probe import model_activations
+    from zerokit.train.sizing.micro_probe import model_activations
 
     options = parse(["--micro-batch", "auto", "--cross-entropy", "chunked"], environ={})[0]
     args = SimpleNamespace(bf16=False, fp16=False, gradient_checkpointing=True)
@@ -221,7 +221,7 @@ def test_the_models_shape_and_the_runs_switches_make_its_activations(tmp_path: P
 
 
 def test_zero2s_reduction_buckets_are_whole_on_a_gpu_and_touched_pages_on_cpu():
-    from zerokit.train.micro_probe import bucket_bytes
+    from zerokit.train.sizing.micro_probe import bucket_bytes
 
     options = parse(["--micro-batch", "auto", "--config", "zero2"], environ={})[0]
     numbers = Setup(parameters=10**6, trainable=10**6, zero_stage=2, precision_bytes=2)

@@ -15,8 +15,14 @@ import torch
 from zerokit.foundations.errors import UserError
 from zerokit.outputs.checkpoints import PIPELINE_NAME, check_pipeline_resume
 from zerokit.train.cli import parse
-from zerokit.train.layout import ParallelLayout
-from zerokit.train.pipeline_layers import PipeLayer, PipelineRefused, head_forward, loss_function, pipeline_layers
+from zerokit.train.engines.pipeline_layers import (
+    PipeLayer,
+    PipelineRefused,
+    head_forward,
+    loss_function,
+    pipeline_layers,
+)
+from zerokit.train.parallel.layout import ParallelLayout
 
 
 def tiny(kind: str):
@@ -109,7 +115,7 @@ def test_a_checkpoint_resumes_only_in_the_layout_that_wrote_it(tmp_path: Path):
 def test_replicas_read_disjoint_shares_and_a_resume_reads_on_where_the_run_stopped():
     import datasets
 
-    from zerokit.train.pipeline_run import micro_batches
+    from zerokit.train.engines.pipeline_engine import micro_batches
 
     blocks = datasets.Dataset.from_dict(
         {"input_ids": [[i, i] for i in range(20)], "labels": [[i, i] for i in range(20)]}

@@ -66,7 +66,7 @@ def test_another_rank_count_loads_the_universal_form_of_a_zero_checkpoint_only(t
         needs_universal_load(path, 2)
     assert needs_universal_load(checkpoint(tmp_path, "checkpoint-6", ranks=0), 1) is False  # one rng_state.pth
     (path / "latest").write_text("global_step5")
-    assert needs_universal_load(path, 2) is True  # train converts it (zerokit.train.resharded)
+    assert needs_universal_load(path, 2) is True  # train converts it (zerokit.train.checkpoints.resharded)
     (path / "global_step5_universal").mkdir()  # converted: ds_to_universal names the folder it wrote
     (path / "latest_universal").write_text("global_step5_universal")  # so: any rank count
     assert needs_universal_load(path, 2) is True and needs_universal_load(path, 4) is False

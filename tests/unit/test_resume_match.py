@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from zerokit.image.provenance import RECORD_NAME
-from zerokit.train.resume_match import ResumeMismatch, check_resume_match, model_difference, saved_precision
+from zerokit.train.checkpoints.resume_match import ResumeMismatch, check_resume_match, model_difference, saved_precision
 
 GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 512, "n_embd": 128, "n_layer": 2,
         "n_head": 4, "n_inner": None, "resid_pdrop": 0.1}  # fmt: skip

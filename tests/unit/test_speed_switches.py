@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from zerokit.foundations.errors import UserError
-from zerokit.train import fused_loss
 from zerokit.train.cli import parse
-from zerokit.train.speed import set_dropout
+from zerokit.train.model import fused_loss
+from zerokit.train.model.switches import set_dropout
 
 
 def tiny_gpt2():

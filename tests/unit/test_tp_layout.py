@@ -1,13 +1,13 @@
-"""--tp-size's layout checks (zerokit.train.layout, zerokit.train.tensor_parallel): rank counts, and models AutoTP can
-split evenly."""
+"""--tp-size's layout checks (zerokit.train.parallel.layout, zerokit.train.parallel.tensor_parallel): rank counts, and
+models AutoTP can split evenly."""
 
 from __future__ import annotations
 
 import pytest
 
 from zerokit.foundations.errors import UserError
-from zerokit.train.layout import ParallelLayout
-from zerokit.train.tensor_parallel import LayoutRefused, check_model
+from zerokit.train.parallel.layout import ParallelLayout
+from zerokit.train.parallel.tensor_parallel import LayoutRefused, check_model
 
 
 def test_ranks_divide_into_tensor_parallel_groups_within_a_node():

@@ -10,8 +10,8 @@ import pytest
 
 from zerokit.foundations.errors import UserError
 from zerokit.sources.embedded import GPT2_SIZE, prepare_embedded
-from zerokit.train.blocks import prepared_info
-from zerokit.train.model import check_limits, model_config
+from zerokit.train.data.datasets import prepared_info
+from zerokit.train.model.loading import check_limits, model_config
 from zerokit.train.options import TrainFlags
 
 
@@ -80,7 +80,7 @@ def test_drop_last_with_a_split_smaller_than_one_batch_is_refused_before_trainin
     batch over the data-parallel ranks would have none, and the final evaluation ended the run with a KeyError."""
     from types import SimpleNamespace
 
-    from zerokit.train.blocks import check_full_batches
+    from zerokit.train.data.datasets import check_full_batches
 
     blocks = {"train": list(range(64)), "validation": list(range(10))}
     args = SimpleNamespace(dataloader_drop_last=True, per_device_train_batch_size=8, per_device_eval_batch_size=8)

@@ -147,9 +147,9 @@ def parse(argv: list[str]) -> BenchConfig:
     if max(args.nodes) > 1:
         if not args.hostfile:
             raise UserError(f"--nodes {max(args.nodes)} needs --hostfile FILE with that many hosts")
-        from zerokit.launch.config import read_hostfile
+        from zerokit.launch.hostfile import read_hostfile
 
-        hosts = read_hostfile(args.hostfile)
+        hosts = read_hostfile(args.hostfile).hosts  # bench's --ranks are the ranks a node runs: slots are not read
         if len(hosts) < max(args.nodes):
             raise UserError(f"--nodes {max(args.nodes)}, but {args.hostfile} lists {len(hosts)} hosts")
     if args.jit_python and not os.access(args.jit_python, os.X_OK):
@@ -233,7 +233,7 @@ def check_train_flags(cfg: BenchConfig) -> None:
 def checked_overhead_switches(text: str, on_gpu: bool) -> tuple[str, ...]:
     """--overhead-switches: names of SHARED_SWITCHES, each once; an attention kernel runs on a GPU, its package here
     (bench's runs use this interpreter)."""
-    from zerokit.train.speed import check_attention
+    from zerokit.train.model.switches import check_attention
 
     names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
     for name in names:
@@ -291,7 +291,7 @@ def plain_inputs(cfg: BenchConfig) -> PlainInputs | None:
     from transformers import AutoTokenizer
 
     from zerokit.sources.embedded import BLOCK_SIZE, model_config, prepare_embedded
-    from zerokit.train.model import fit_to_tokenizer
+    from zerokit.train.model.loading import fit_to_tokenizer
     from zerokit.train.options import EMBEDDED_TRAINING_DEFAULTS
 
     files, tokenizer_dir = prepare_embedded(cfg.output / "cache" / "embedded")  # where the train runs find it
@@ -336,9 +336,9 @@ def data_inputs(cfg: BenchConfig, plain: PlainInputs | None) -> tuple[DataInputs
 def train_takes_micro_batch_auto(config: Path, train_args: list[str]) -> bool:
     """Whether train would take --micro-batch auto with this config and the user's train flags: the speed table's
     micro-batch row leaves bench's --batch-size out, not theirs (a batch size or HF's --auto_find_batch_size of their
-    own, ZeRO-3, a config that fixes the micro-batch are refused beside it: zerokit.train.micro_batch)."""
-    from zerokit.train.micro_batch import check_options
+    own, ZeRO-3, a config that fixes the micro-batch are refused beside it: zerokit.train.sizing.micro_batch)."""
     from zerokit.train.options import MICRO_BATCH_AUTO, TrainFlags
+    from zerokit.train.sizing.micro_batch import check_options
 
     try:
         check_options(TrainFlags(config=str(config), micro_batch=MICRO_BATCH_AUTO), train_args)

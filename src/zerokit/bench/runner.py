@@ -85,6 +85,16 @@ def wait_bounded(run: Run, out: IO[str]) -> int:
     EXIT_ALLOWANCE_S after every rank wrote its timings. A hung run's stacks go to its log (one line says so)."""
     env = {**os.environ, **run.env, **STACKS_ENV}
     process = subprocess.Popen(run.argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        return watch(run, process, out)
+    except BaseException:  # Ctrl-C or SIGTERM: the run is in a session of its own, out of the terminal's reach
+        stop_tree(process.pid)
+        process.wait()
+        raise
+
+
+def watch(run: Run, process: subprocess.Popen, out: IO[str]) -> int:
+    """wait_bounded's loop: the run's exit code once it ends; UserError once it counts as hung."""
     limit = time_limit(run)
     deadline, worked = time.monotonic() + limit, None
     while process.poll() is None:

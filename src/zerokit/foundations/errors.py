@@ -21,3 +21,16 @@ class UserError(OneLineError):
 
 class RunFailure(OneLineError):
     """A fault during a run that was not bad input (a diverged loss, a full disk, absent peers). Exit code 1."""
+
+
+# The part of a run's end that failed, once training is done, and its exit code: a user (or a job script) can tell
+# from the code alone whether the model was kept. None of them restarts under launch (zerokit.launch.restart).
+END_OF_RUN_EXIT_CODES = {"final save": 3, "evaluation": 4, "adapter merge": 5, "run record": 6}
+
+
+class EndOfRunFailure(RunFailure):
+    """A part of a run's end failed after training (see END_OF_RUN_EXIT_CODES): its line says what was kept."""
+
+    def __init__(self, part: str, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = END_OF_RUN_EXIT_CODES[part]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from zerokit.foundations.errors import UserError
 from zerokit.generate.prompts import ROW_LIMIT_FIELD, Row
-from zerokit.train.model import position_limit
+from zerokit.train.model.loading import position_limit
 
 MEASURED_AT_ONCE = 1024  # prompts tokenized per call when measuring: only their lengths are kept
 

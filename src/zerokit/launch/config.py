@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from zerokit.cluster import ENVIRONMENTS
-from zerokit.cluster.base import hostfile_lines_hosts
 from zerokit.cluster.detect import NAMES as SCHEDULERS
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, flag, from_namespace
@@ -18,6 +17,7 @@ from zerokit.foundations.values import count, factor, none_or_more, seconds, sec
 from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckConfig
 from zerokit.launch.head import HEAD_LAUNCHERS
 from zerokit.launch.heartbeat import DEFAULT_NODE_TIMEOUT
+from zerokit.launch.hostfile import read_hostfile
 from zerokit.launch.nccl_plugin import NcclPlugin, nccl_plugin
 from zerokit.launch.program import user_script_argv
 from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
@@ -70,8 +70,9 @@ class LaunchFlags:
     )
     hostfile: str | None = flag(
         "--hostfile",
-        help="hosts for --launcher pdsh/mpirun, one per line (slots ignored); with srun, some of the job's nodes "
-        "(default: all)",
+        help="hosts for --launcher pdsh/mpirun: `host`, `host slots=N` or `host:N` a line, as DeepSpeed's and MPI's "
+        "hostfiles (slots: the ranks a node starts, unless --nproc-per-node says); with srun, some of the job's "
+        "nodes (default: all)",
     )
     nnodes: int | None = flag(
         "--nnodes",
@@ -273,21 +274,6 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     )
 
 
-def read_hostfile(path: str) -> tuple[str, ...]:
-    """Hosts of a hostfile (first word of each line; "host slots=4", "host:4" and # comments allowed)."""
-    fix = "one host per line, as `node1`, `node1 slots=4` or `node1:4`"
-    try:
-        with open(path, encoding="utf-8") as file:
-            lines = file.read().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) else "not text"
-        raise UserError(f"cannot read hostfile {path} ({reason}): pass a readable file, {fix}") from err
-    hosts = hostfile_lines_hosts(lines)
-    if not hosts:
-        raise UserError(f"hostfile {path} lists no hosts: write {fix}")
-    return hosts
-
-
 def target_argv(command: Sequence[str], python: str) -> tuple[str, ...]:
     words = list(command)
     if words and words[0] == "--":
@@ -314,6 +300,12 @@ def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
     """The flags checked together, and the config made from them."""
     if flags.launcher in REMOTE_LAUNCHERS and not flags.hostfile and not HEAD_LAUNCHERS[flags.launcher].in_allocation:
         raise UserError(f"--launcher {flags.launcher} needs --hostfile FILE (one host per line)")
+    if flags.hostfile and flags.launcher not in REMOTE_LAUNCHERS:
+        raise UserError(
+            f"--hostfile {flags.hostfile} lists the hosts of a head-node launch, which --launcher {flags.launcher} "
+            "is not: add --launcher pdsh|mpirun (or srun, in a Slurm job), or drop --hostfile (and ZEROKIT_HOSTFILE)"
+        )
+    hostfile = read_hostfile(flags.hostfile) if flags.hostfile else None
     if flags.print_command and flags.launcher not in REMOTE_LAUNCHERS:
         raise UserError("--print-command prints a head-node command: add --launcher mpirun (or pdsh) --hostfile FILE")
     if flags.nnodes is not None and flags.launcher not in REMOTE_LAUNCHERS:
@@ -331,9 +323,9 @@ def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
     )
     return LaunchConfig(
         target=target,
-        nproc_per_node=flags.nproc_per_node,
+        nproc_per_node=hostfile.ranks_per_node(flags.nproc_per_node) if hostfile else flags.nproc_per_node,
         launcher=flags.launcher,
-        hosts_from_file=read_hostfile(flags.hostfile) if flags.hostfile else (),
+        hosts_from_file=hostfile.hosts if hostfile else (),
         nnodes=flags.nnodes,
         hosts=tuple(h for h in (flags.hosts or "").split(",") if h),
         node_host=flags.node_host,

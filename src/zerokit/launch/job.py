@@ -160,7 +160,7 @@ def restarted(job: Job, nodes: int, first_nodes: int) -> Job:
     zerokit's train resumes its newest whole checkpoint (`--resume auto`, or from step 0 when there is none), unless
     its command line already says what to resume; on fewer nodes its --gradient_accumulation_steps A, where given,
     becomes A x first_nodes / nodes, which makes the run's global batch on fewer ranks, as train sets it where none
-    is given (zerokit.train.global_batch); kept where that is no whole number (train then names the sizes that
+    is given (zerokit.train.sizing.global_batch); kept where that is no whole number (train then names the sizes that
     would). Any other program runs again as given (a script that resumes reads its own folder)."""
     spelt = FLAGS[job.kind]
     if not spelt.rewritten:

@@ -98,6 +98,32 @@ class Where:
     spares: tuple[str, ...] = ()
     rank: RankEnv | None = None  # exec: the rank its scheduler started
 
+    def plan(
+        self,
+        world_size: int,
+        ifname: str | None,
+        env: dict[str, str],
+        commands: tuple[Command, ...],
+        notes: tuple[str, ...] = (),
+    ) -> Plan:
+        """The whole plan: where this launch stands, with the commands it runs there."""
+        return Plan(
+            mode=self.mode,
+            environment=self.environment,
+            hosts=self.hosts,
+            nnodes=self.nnodes,
+            node_rank=self.node_rank,
+            nproc_per_node=self.nproc,
+            world_size=world_size,
+            main_address=self.main_address,
+            main_port=self.main_port,
+            ifname=ifname,
+            env=env,
+            commands=commands,
+            notes=notes,
+            spares=self.spares,
+        )
+
 
 def plan(
     config: LaunchConfig,
@@ -236,21 +262,9 @@ def _ranks_plan(config, where, environ, cpu_count, route, target) -> Plan:
         world_size, first = where.nnodes * where.nproc, where.node_rank
         ranks = [RankEnv(first * where.nproc + i, i, world_size, where.nproc, first, where.main_address,
                          where.main_port) for i in range(where.nproc)]  # fmt: skip
-    return Plan(
-        mode=where.mode,
-        environment=where.environment,
-        hosts=where.hosts,
-        nnodes=where.nnodes,
-        node_rank=where.node_rank,
-        nproc_per_node=where.nproc,
-        world_size=world_size,
-        main_address=where.main_address,
-        main_port=where.main_port,
-        ifname=route,
-        env=env,
-        commands=tuple(Command(target, {**env, **rank.variables()}) for rank in ranks),
-        notes=(note,) if note and first == 0 else (),  # said once: by rank 0's launch
-    )
+    commands = tuple(Command(target, {**env, **rank.variables()}) for rank in ranks)
+    notes = (note,) if note and first == 0 else ()  # said once: by rank 0's launch
+    return where.plan(world_size, route, env, commands, notes)
 
 
 def _remote_plan(config, where, environ, route, target, heartbeat) -> Plan:
@@ -284,21 +298,7 @@ def _remote_plan(config, where, environ, route, target, heartbeat) -> Plan:
         target=target,
         unset=unset if launcher.in_allocation else (),
     )
-    return Plan(
-        mode="remote",
-        environment=config.launcher,
-        hosts=where.hosts,
-        nnodes=where.nnodes,
-        node_rank=0,
-        nproc_per_node=where.nproc,
-        world_size=job.world_size,
-        main_address=where.main_address,
-        main_port=where.main_port,
-        ifname=config.ifname,
-        env=env,
-        commands=head_commands(launcher, job, config.max_restarts),
-        spares=where.spares,
-    )
+    return where.plan(job.world_size, config.ifname, env, head_commands(launcher, job, config.max_restarts))
 
 
 def job_hosts(config: LaunchConfig, hosts: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -1,7 +1,7 @@
 """Checkpoints: found for `--resume auto`, checked for damage, checked against the world size.
 
 Pure file logic (no torch): `train` checks the output folder with it before any rank starts.
-How checkpoints are written (atomically, rotated) is in zerokit.train.trainer.
+How checkpoints are written (atomically, rotated) is in zerokit.train.engines.hf_trainer.
 
 A checkpoint can be damaged after it was written whole (a node dies while a file system
 flushes, a quota cuts a copy short). Each checkpoint carries SIZES_NAME, the size of every file
@@ -221,8 +221,8 @@ def needs_universal_load(checkpoint: Path, world_size: int, tp_size: int = 1) ->
     """Whether resuming checkpoint with world_size ranks in tensor-parallel groups of tp_size loads its universal
     form; one line if it cannot. Each rank's files hold its shard of the optimizer state and, under tensor
     parallelism, of the split layers: another rank count or --tp-size needs the universal form. `train` writes
-    it itself for another rank count at the same --tp-size (zerokit.train.resharded); another --tp-size needs
-    it written first, by `zerokit universal` (a TP=2 checkpoint so converted resumes at TP=1 on the same curve:
+    it itself for another rank count at the same --tp-size (zerokit.train.checkpoints.resharded); another --tp-size
+    needs it written first, by `zerokit universal` (a TP=2 checkpoint so converted resumes at TP=1 on the same curve:
     issue 29)."""
     saved, saved_tp = saved_world_size(checkpoint), saved_tp_size(checkpoint)
     if saved == world_size and saved_tp == tp_size:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, flag, from_namespace
+from zerokit.foundations.pool_signals import parent_answers_stops
 
 
 @dataclass(frozen=True)
@@ -124,18 +125,19 @@ def tokenize_main(argv: list[str]) -> int:
     check_text_files(resolve_source(args.source))  # a missing, empty or binary file, as train refuses it
     check_output(args.output, args.overwrite)  # before any process starts
 
-    info = tokenize_to_disk(
-        args.source,
-        args.tokenizer,
-        args.output,
-        block_size=args.block_size,
-        text_column=args.text_column,
-        template=args.template,
-        num_proc=args.num_proc if args.num_proc > 1 else None,
-        validation_split_percentage=args.validation_split_percentage,
-        seed=args.seed,
-        overwrite=args.overwrite,
-    )
+    with parent_answers_stops():  # Ctrl-C or SIGTERM: one line from this process, its pool's workers silent
+        info = tokenize_to_disk(
+            args.source,
+            args.tokenizer,
+            args.output,
+            block_size=args.block_size,
+            text_column=args.text_column,
+            template=args.template,
+            num_proc=args.num_proc if args.num_proc > 1 else None,
+            validation_split_percentage=args.validation_split_percentage,
+            seed=args.seed,
+            overwrite=args.overwrite,
+        )
     counts = ", ".join(f"{split} {n}" for split, n in info["blocks"].items())
     print(f"prepare: {args.output}: blocks of {info['block_size']} tokens ({counts})")
     return 0

@@ -44,7 +44,7 @@ Problem = tuple[KeyPath, str]  # where, and what is wrong there
 
 def check_ds_config(path: Path, pipelined: bool = False) -> None:
     """Refuse, in one line, a config DeepSpeed or the Trainer would refuse or misread once the ranks start.
-    pipelined: train's --pp-size, whose engine sets the batch sizes itself (zerokit.train.pipeline_run)."""
+    pipelined: train's --pp-size, whose engine sets the batch sizes itself (zerokit.train.engines.pipeline_engine)."""
     if is_bundled(path):
         return
     problems = config_problems(read_ds_config(path), known_keys(), hf_filled_keys(), needs_batch=not pipelined)
@@ -59,9 +59,34 @@ def config_problems(config: dict, keys: Section, filled: frozenset[str], needs_b
     DeepSpeed cannot start without where the Trainer does not set it (DeepSpeed's assertion on every rank, after
     start-up) and the optimizer's and scheduler's names."""
     problems = list(key_problems(config, keys, (), filled)) or list(value_problems(config, keys, ()))
+    problems += number_problems(config, filled)
     if not problems and needs_batch and not any(key in config for key in BATCH_KEYS):
         problems.append(((), NO_BATCH))
     return problems or list(type_problems(config))
+
+
+def number_problems(config: dict, filled: frozenset[str]) -> list[Problem]:
+    """An optimizer's or scheduler's parameter that the Trainer fills from the flags (lr, betas, eps, warmup, ...)
+    given as something other than a number or "auto": HF's check called `"lr": "abc"` a disagreement with the
+    flags; it is not a number."""
+    problems = []
+    for dotted in sorted(filled):
+        path = tuple(dotted.split("."))
+        if path[0] not in ("optimizer", "scheduler"):
+            continue
+        value: object = config
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        numbers = value if isinstance(value, list) else [value]
+        if value is None or value == AUTO or all(is_number(number) for number in numbers):
+            continue
+        what = "a list of numbers" if isinstance(value, list) else "a number"
+        problems.append((path, f'{shown(path)}: {brief(value)} is not {what}: give {what}, or "auto" (the flags\')'))
+    return problems
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def type_problems(config: dict) -> Iterator[Problem]:
@@ -136,11 +161,51 @@ def refused_value(model: type, values: dict, path: KeyPath) -> str | None:
     except pydantic.ValidationError as error:
         detail = error.errors()[0]
         where = (*path, *map(str, detail["loc"]))
-        got = f" (got {brief(detail['input'])})" if detail["loc"] else ""
-        return f"{shown(where)}: {detail['msg']}{got}"
+        if not detail["loc"]:  # the section as a whole (a model's own check)
+            return f"{shown(where)}: {detail['msg']}"
+        return f"{shown(where)}: {refusal_words(detail)}"
     except (ValueError, AssertionError, TypeError) as error:  # DeepSpeed's checks after pydantic's
         return f"{shown(path)}: {error}"
     return None
+
+
+# pydantic's error types, in words of the value: what it is not. Those with a bound (ge, gt, ...) and a list of
+# values (enum, literal) are worded by refusal_words; any other type keeps pydantic's message.
+NOT_A = {
+    "int_parsing": "a whole number",
+    "int_type": "a whole number",
+    "int_from_float": "a whole number",
+    "float_parsing": "a number",
+    "float_type": "a number",
+    "bool_parsing": "true or false",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "dict_type": "a JSON object",
+    "list_type": "a list",
+}
+BOUNDS = {"ge": "at least", "gt": "above", "le": "at most", "lt": "below"}
+
+
+def refusal_words(detail: dict) -> str:
+    """One of pydantic's errors as zerokit says it: the value, what it is not, what is allowed."""
+    got, kind, context = brief(detail["input"]), detail["type"], detail.get("ctx", {})
+    if kind in NOT_A:
+        return f"{got} is not {NOT_A[kind]}: give {NOT_A[kind]}"
+    if kind in ("enum", "literal_error"):
+        return f"{got} is not allowed: give one of {allowed(str(context.get('expected', '')))}"
+    bounds = [f"{words} {context[bound]}" for bound, words in BOUNDS.items() if bound in context]
+    if bounds:
+        return f"{got} is out of range: give a value {' and '.join(bounds)}"
+    if kind == "missing":
+        return "is required here: add it"
+    return f"{detail['msg']} (got {got})"
+
+
+def allowed(expected: str) -> str:
+    """pydantic's list of allowed values ("'none', 'cpu' or 'nvme'"; an enum whose members share a value lists
+    it twice: "0, 1, 2, 3 or 3"), each once."""
+    values = [value.strip() for part in expected.split(" or ") for value in part.split(", ") if value.strip()]
+    return ", ".join(dict.fromkeys(values))
 
 
 def shown(path: KeyPath) -> str:

@@ -13,6 +13,16 @@ from pathlib import Path
 from zerokit.foundations.errors import UserError
 from zerokit.sources.hub_cache import TOKENIZER_FILES
 
+# What save_pretrained writes as a model's (or a LoRA adapter's) weights.
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+)
+
 
 def is_path(name: str) -> bool:
     """Whether name can only mean a local path (a Hub id is `name` or `org/name`)."""
@@ -31,14 +41,26 @@ def require_model_folder(flag: str, name: str) -> None:
         )
 
 
-def require_tokenizer_folder(flag: str, name: str) -> None:
+def require_weights(flag: str, name: str) -> None:
+    """A model folder to start from must hold weights: transformers 5 builds a model of fresh weights from a
+    config alone (a warning among many), and the run fine-tunes noise."""
+    folder = Path(name).expanduser()
+    if any((folder / file).is_file() for file in WEIGHT_FILES) or any(folder.glob("*.safetensors")):
+        return
+    raise UserError(
+        f"{flag} {name}: the folder holds a config but no weights ({', '.join(WEIGHT_FILES[:2])}, ...): give the "
+        "folder save_pretrained wrote, or add --from-scratch to train that config from fresh weights"
+    )
+
+
+def require_tokenizer_folder(flag: str, name: str, fix: str = "") -> None:
+    """A path that the tokenizer is loaded from must hold tokenizer files: from a folder without them,
+    transformers 5 builds a default tokenizer of a single token, and training goes on with it."""
     _require_folder(flag, name)
     folder = Path(name).expanduser()
     if not any((folder / file).is_file() for file in TOKENIZER_FILES):
-        raise UserError(
-            f"{flag} {name}: no tokenizer files in it ({', '.join(TOKENIZER_FILES[:2])}, ...): give the folder "
-            "a tokenizer was saved to (save_pretrained), or a model folder that holds one"
-        )
+        fix = fix or "give the folder a tokenizer was saved to (save_pretrained), or a model folder that holds one"
+        raise UserError(f"{flag} {name}: no tokenizer files in it ({', '.join(TOKENIZER_FILES[:2])}, ...): {fix}")
 
 
 def _require_folder(flag: str, name: str) -> None:

@@ -17,15 +17,15 @@ from pathlib import Path
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, from_namespace, option_strings
 from zerokit.sources.ds_config_check import check_ds_config
-from zerokit.train import pipeline
 from zerokit.train.hf_flags import check_hf_flags
-from zerokit.train.layout import ParallelLayout
-from zerokit.train.lora import parse_lora
-from zerokit.train.micro_batch import check_options as check_micro_batch
+from zerokit.train.model.lora import parse_lora
+from zerokit.train.model.switches import check_speed_switches
 from zerokit.train.options import EMBEDDED_DIFFERENCE, HF_DIFFERENCES, TrainFlags
+from zerokit.train.parallel import pipeline_parallel
+from zerokit.train.parallel.layout import ParallelLayout
+from zerokit.train.parallel.tensor_parallel import check_config, check_model_type
 from zerokit.train.run import train
-from zerokit.train.speed import check_speed_switches
-from zerokit.train.tensor_parallel import check_config, check_model_type
+from zerokit.train.sizing.micro_batch import check_options as check_micro_batch
 
 
 def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -60,7 +60,7 @@ def parse(
     check_config(options.tp_size, options.config, options.ds_config)  # a missing or broken one fails now too
     model_type = "gpt2" if options.embedded else options.model_type or ""  # --model's is read in the ranks
     check_model_type(options.tp_size, model_type, embedded=options.embedded)
-    pipeline.check_options(options)
+    pipeline_parallel.check_options(options)
     check_speed_switches(options)
     check_micro_batch(options, hf_argv)
     if options.streaming and not options.dataset:
@@ -158,7 +158,7 @@ def check_other_folders(options: TrainFlags) -> None:
     """The other folders a run writes into, found now, not when it writes there: --timings-dir at the end of
     training (before the model is saved), the memory checkpoints' folder at the first memory checkpoint."""
     from zerokit.outputs import ownership
-    from zerokit.train.memory_store import DEFAULT_ROOT
+    from zerokit.train.checkpoints.node_copies.store import DEFAULT_ROOT
 
     if options.timings_dir is not None:
         ownership.check_writable(options.timings_dir, "--timings-dir")

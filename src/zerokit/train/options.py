@@ -13,12 +13,12 @@ from zerokit.foundations import values
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import flag
 from zerokit.sources.ds_configs import CONFIGS_DIR, DEFAULT_CONFIG, resolve_ds_config, zero_stage
-from zerokit.train.lora import LORA_FORMAT
 
 COMPILE_MODES = ("off", "torch", "deepcompile")
 CROSS_ENTROPY_KINDS = ("hf", "chunked", "liger")
-MICRO_BATCH_AUTO = "auto"  # --micro-batch's one value (zerokit.train.micro_batch)
-CHECKPOINT_WRITES = ("background", "sync")  # zerokit.train.checkpoint_writer.MODES
+LORA_FORMAT = '"r=8,alpha=16,dropout=0.05,targets=q_proj,v_proj" (every key optional)'
+MICRO_BATCH_AUTO = "auto"  # --micro-batch's one value (zerokit.train.sizing.micro_batch)
+CHECKPOINT_WRITES = ("background", "sync")  # zerokit.train.checkpoints.writer.MODES
 DETERMINISTIC_BUCKET = 20_000_000  # ZeRO-1/2 bucket elements under --deterministic on CPU (ds_config_argument)
 
 # Where `train`'s TrainingArguments differ from Hugging Face's, and why; every other field keeps HF's

@@ -1,10 +1,10 @@
 """`train(options, layout, training_flags)`: one rank's whole run, with no command line involved.
 
 It builds the run (zerokit.train.training_run's TrainingRun) and hands it to its engine: the Trainer
-(zerokit.train.trainer_engine), or DeepSpeed's pipeline engine under --pp-size (zerokit.train.pipeline_run).
-training_flags are TrainingArguments flags as HF spells them (`--learning_rate 3e-4`); the defaults are
-HF's but for the embedded model's (training_defaults). The rank's torch.distributed variables come from its
-scheduler or make it rank 0 of 1 (zerokit.launch.rank.environment), set before the layout is checked.
+(zerokit.train.engines.hf_engine), or DeepSpeed's pipeline engine under --pp-size
+(zerokit.train.engines.pipeline_engine). training_flags are TrainingArguments flags as HF spells them (`--learning_rate
+3e-4`); the defaults are HF's but for the embedded model's (training_defaults). The rank's torch.distributed variables
+come from its scheduler or make it rank 0 of 1 (zerokit.launch.rank.environment), set before the layout is checked.
 """
 
 from __future__ import annotations
@@ -17,21 +17,21 @@ from typing import Any, NoReturn
 
 from zerokit.foundations.errors import UserError
 from zerokit.outputs.ownership import OutputRecord
-from zerokit.train.blocks import block_length, check_full_batches, load_datasets, prepared_info
-from zerokit.train.checkpoint_writer import SaveLog
-from zerokit.train.layout import ParallelLayout
-from zerokit.train.memory_check import check_memory
-from zerokit.train.memory_checkpoints import MemoryPlan
-from zerokit.train.memory_need import Setup, count
-from zerokit.train.model import check_limits, fine_tuning, load_model, load_tokenizer, model_config
+from zerokit.train.checkpoints.node_copies.saver import MemoryPlan
+from zerokit.train.checkpoints.resharded import Resharding
+from zerokit.train.checkpoints.writer import SaveLog
+from zerokit.train.data.datasets import block_length, check_full_batches, load_datasets, prepared_info
+from zerokit.train.model.loading import check_limits, fine_tuning, load_model, load_tokenizer, model_config
 from zerokit.train.options import (
     TrainFlags,
     ds_config_argument,
     given_fields,
     training_defaults,
 )
-from zerokit.train.resharded import Resharding
-from zerokit.train.tensor_parallel import check_model
+from zerokit.train.parallel.layout import ParallelLayout
+from zerokit.train.parallel.tensor_parallel import check_model
+from zerokit.train.sizing.memory_check import check_memory
+from zerokit.train.sizing.memory_need import Setup, count
 from zerokit.train.training_run import TrainingRun
 
 
@@ -60,7 +60,7 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     from zerokit.outputs.universal import needs_conversion
     from zerokit.train.callbacks.preemption import BENCH_WITHOUT_VARIABLE, PreemptionCallback
     from zerokit.train.callbacks.run_record import RunRecorder
-    from zerokit.train.resume_match import check_resume_match, precision
+    from zerokit.train.checkpoints.resume_match import check_resume_match, precision
 
     mark("imports")
     preemption = PreemptionCallback()  # from now on SIGTERM/SIGUSR1 mean: checkpoint at the step end
@@ -69,7 +69,7 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     memory = MemoryPlan.of(options.memory_checkpoints, options.memory_checkpoint_dir, options.output_dir)
     recovery = None
     if memory is not None:  # a restart rebuilds the newest checkpoint the nodes' memory holds, before it is looked for
-        from zerokit.train.peer_recovery import recover, store_of
+        from zerokit.train.checkpoints.node_copies.recovery import recover, store_of
 
         store = store_of(memory.root, options.output_dir)
         recovery = recover(store, options.output_dir, os.environ, resume_auto=options.resume == "auto")
@@ -88,7 +88,7 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     join_process_group(args, deepspeed=options.ds_config is not None)
     mark("process_group")
     if recovery is not None and args.process_index == 0:  # every rank has read the recovery's end by now
-        from zerokit.train.peer_recovery import forget_meetings
+        from zerokit.train.checkpoints.node_copies.recovery import forget_meetings
 
         forget_meetings(options.output_dir)
     tokenizer = load_tokenizer(options)
@@ -102,7 +102,7 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     check_model(options.tp_size, config)
     numbers = check_memory(options, args, config, layout.world, on_gpu)  # before the model is built
     if memory is not None:  # every rank alike, as check_memory
-        from zerokit.train.memory_store import check_room, copies_need, copy_bytes
+        from zerokit.train.checkpoints.node_copies.store import check_room, copies_need, copy_bytes
 
         node_ranks = int(os.environ.get("LOCAL_WORLD_SIZE") or layout.world)
         share = copy_bytes(numbers.parameters, numbers.trainable, node_ranks, layout.world)
@@ -117,12 +117,12 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     model = fine_tuning(options, load_model(options, config), args)
     mark("model")
     datasets = load_datasets(options, tokenizer, model, args, prepared)
-    if not pipelined:  # the stages' engine takes neither flag (zerokit.train.pipeline_run)
+    if not pipelined:  # the stages' engine takes neither flag (zerokit.train.engines.pipeline_engine)
         check_full_batches(datasets, args, layout.dp, micro_batch_chosen=bool(options.micro_batch))
     mark("data")
     micro_batch = None
-    if options.micro_batch:  # the largest that fits, with the model and data in memory (zerokit.train.micro_probe)
-        from zerokit.train.micro_probe import choose_micro_batch
+    if options.micro_batch:  # the largest that fits, with the model and data in memory (sizing.micro_probe)
+        from zerokit.train.sizing.micro_probe import choose_micro_batch
 
         accumulation_given = "gradient_accumulation_steps" in given_fields(training_flags)
         micro_batch = choose_micro_batch(options, args, model, datasets["train"], numbers, resume, accumulation_given)
@@ -173,10 +173,10 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
         memory=memory,
     )
     if pipelined:
-        from zerokit.train.pipeline_run import PipelineRun
+        from zerokit.train.engines.pipeline_engine import PipelineRun
 
         return run.execute(PipelineRun)
-    from zerokit.train.trainer_engine import TrainerEngine
+    from zerokit.train.engines.hf_engine import TrainerEngine
 
     return run.execute(TrainerEngine)
 
@@ -239,7 +239,7 @@ def training_arguments(
     return args
 
 
-# The DeepSpeed config's batch sizes, which --micro-batch auto (zerokit.train.micro_probe.rebatch) and HF's
+# The DeepSpeed config's batch sizes, which --micro-batch auto (zerokit.train.sizing.micro_probe.rebatch) and HF's
 # --auto_find_batch_size fill anew once they have chosen.
 BATCH_SIZES = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
 

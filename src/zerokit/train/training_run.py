@@ -1,10 +1,10 @@
 """One training run: what it carries (`TrainingRun`) and its lifecycle, written once for both engines.
 
 `train()` (zerokit.train.run) builds the run; an `Engine` trains it: the HF Trainer
-(zerokit.train.trainer_engine) or, under `--pp-size`, DeepSpeed's pipeline engine (zerokit.train.pipeline_run).
-`TrainingRun.execute` is what both share: rank 0 says the notes, the start line and the layout; the engine
-trains, saves the final model and evaluates; the adapter is merged (`--merge`), the output record finished,
-and the ranks leave the process group, after a preemption's checkpoint or a RunFailure too.
+(zerokit.train.engines.hf_engine) or, under `--pp-size`, DeepSpeed's pipeline engine
+(zerokit.train.engines.pipeline_engine). `TrainingRun.execute` is what both share: rank 0 says the notes, the start line
+and the layout; the engine trains, saves the final model and evaluates; the adapter is merged (`--merge`), the output
+record finished, and the ranks leave the process group, after a preemption's checkpoint or a RunFailure too.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from zerokit.foundations.errors import RunFailure
 from zerokit.foundations.process_end import keep_until_exit
-from zerokit.train.layout import ParallelLayout
 from zerokit.train.options import TrainFlags
+from zerokit.train.parallel.layout import ParallelLayout
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainingArguments
 
     from zerokit.outputs.ownership import OutputRecord
     from zerokit.train.callbacks.preemption import PreemptionCallback
-    from zerokit.train.checkpoint_writer import SaveLog
-    from zerokit.train.memory_checkpoints import MemoryPlan
+    from zerokit.train.checkpoints.node_copies.saver import MemoryPlan
+    from zerokit.train.checkpoints.writer import SaveLog
 
 
 def perplexity(eval_loss: float) -> float:
@@ -68,7 +68,7 @@ class TrainingRun:
     record: OutputRecord | None  # the output folder's record, on rank 0; None on the others
     preemption: PreemptionCallback | None  # None where bench runs without it
     saves: SaveLog | None = None  # what each checkpoint cost, and how they are written (--checkpoint-write)
-    memory: MemoryPlan | None = None  # --memory-checkpoints (zerokit.train.memory_checkpoints)
+    memory: MemoryPlan | None = None  # --memory-checkpoints (zerokit.train.checkpoints.node_copies.saver)
 
     def execute(self, engine: Callable[[TrainingRun], Engine]) -> int:
         """Build the engine, train, save and evaluate: the exit code (a preemption's once its checkpoint is written)."""
@@ -105,7 +105,7 @@ class TrainingRun:
         """--merge: the LoRA adapter merged into its base, in the output folder's merged/."""
         from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
-        from zerokit.train.lora import merge_adapter
+        from zerokit.train.model.lora import merge_adapter
 
         unset_hf_deepspeed_config()  # the base is loaded whole, not partitioned by ZeRO-3
         output = self.options.output_dir

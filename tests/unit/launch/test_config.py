@@ -86,3 +86,68 @@ def test_a_hostfile_without_hosts_is_named_as_empty(tmp_path, content):
     hostfile.write_text(content)
     with pytest.raises(UserError, match=f"hostfile {hostfile} lists no hosts: write one host per line"):
         config(["--launcher", "pdsh", "--hostfile", str(hostfile)])
+
+
+def hostfile_config(tmp_path, text: str, *flags: str):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(text)
+    return config([*flags, "--launcher", "pdsh", "--hostfile", str(hostfile)])
+
+
+def test_a_deepspeed_users_hostfile_gives_its_slots_as_the_ranks_of_each_node(tmp_path):
+    """`node slots=8`, DeepSpeed's and OpenMPI's way, and `node:8`, MPICH's: 8 ranks a node (slots were ignored:
+    one rank a node); bare lines leave it to --nproc-per-node (default 1)."""
+    deepspeed = hostfile_config(tmp_path, "# the partition\nnode1 slots=8\nnode2  slots = 8  # spare GPUs\n")
+    assert (deepspeed.hosts_from_file, deepspeed.nproc_per_node) == (("node1", "node2"), 8)
+    assert hostfile_config(tmp_path, "node1:8\n10.0.0.2:8\n").nproc_per_node == 8
+    assert hostfile_config(tmp_path, "node1 slots=4 max_slots=8\n").nproc_per_node == 4
+    assert hostfile_config(tmp_path, "node1\nnode2\n", "--nproc-per-node", "8").nproc_per_node == 8
+    bare = hostfile_config(tmp_path, "node1\nnode1\nnode2\n")  # $PBS_NODEFILE's way: a host once per core
+    assert (bare.hosts_from_file, bare.nproc_per_node) == (("node1", "node2"), None)
+
+
+@pytest.mark.parametrize(
+    ("text", "flags", "message"),
+    [
+        (
+            "this is not a host line = = =\n",
+            (),
+            "hostfile .* line 1 is not a host line: 'this is not a host line = = ='",
+        ),
+        ("node1\nnode2 slots=four\n", (), "line 2 is not a host line: 'node2 slots=four'; write one host per line"),
+        ("node1 slots=0\n", (), "line 1: node1 has 0 slots; give it 1 or more"),
+        ("node1 slots=8\nnode1 slots=8\n", (), "line 2 lists node1 again \\(line 1\\): list each host once"),
+        (
+            "node1 slots=8\nnode2 slots=4\n",
+            (),
+            "declares different slots per host \\(node1 8, node2 4\\): launch starts",
+        ),
+        ("node1 slots=8\nnode2\n", (), "different slots per host \\(node1 8, node2 none\\)"),
+        ("node1 slots=8\n", ("--nproc-per-node", "4"), "--nproc-per-node 4, but hostfile .* gives node1 slots=8: make"),
+    ],
+)
+def test_a_hostfile_line_that_is_not_a_host_or_slots_that_disagree_are_refused(tmp_path, text, flags, message):
+    with pytest.raises(UserError, match=message):
+        hostfile_config(tmp_path, text, *flags)
+
+
+@pytest.mark.parametrize("launcher", [[], ["--launcher", "slurm"]])
+def test_a_hostfile_without_a_head_node_launcher_is_refused_not_ignored(tmp_path, launcher):
+    """It ran one local rank and ignored the hosts without a word."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node1\nnode2\n")
+    with pytest.raises(UserError, match=r"--hostfile .* lists the hosts of a head-node launch, .*add --launcher pdsh"):
+        config([*launcher, "--hostfile", str(hostfile)])
+
+
+@pytest.mark.parametrize("launcher", ["pdsh", "mpirun"])
+def test_a_deepspeed_hostfile_starts_its_slots_on_every_node(tmp_path, launcher):
+    """The plan the head node runs: 8 ranks on each of the 2 nodes, as `deepspeed --hostfile` would start."""
+    from tests.unit.launch.test_plan import make_plan
+
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node1 slots=8\nnode2 slots=8\n")
+    plan = make_plan(["--launcher", launcher, "--hostfile", str(hostfile), "train"], {})
+    assert plan.world_size == 16
+    words = " ".join(" ".join(command.argv) for command in plan.commands)
+    assert ("--map-by ppr:8:node" if launcher == "mpirun" else "--nproc-per-node 8") in words

@@ -14,7 +14,7 @@ accumulation, data-parallel ranks, global) is what a resume on another number of
 ("restarts": when, node, rank, cause, exit status, restart number, the checkpoint resumed from), read from the
 log launch names to it (zerokit.foundations.restart_log), with what each fault cost: the steps lost and the
 seconds to the first step after it (zerokit.train.callbacks.fault_cost). At the end it adds what each checkpoint cost
-("checkpoint_saves", zerokit.train.checkpoint_writer.SaveLog): the stall it put on training, in seconds and in
+("checkpoint_saves", zerokit.train.checkpoints.writer.SaveLog): the stall it put on training, in seconds and in
 median steps (timed here, between step ends, leaving out those that held a save or an evaluation), the wait for
 the save before it, and the write's time and speed. A checkpoint written in the background is not yet published
 when its callbacks run: its record goes into its staging folder, and is published with it.
@@ -55,10 +55,10 @@ from zerokit.image.provenance import (
 from zerokit.outputs import ownership
 from zerokit.outputs.checkpoints import PREFIX, SIZES_NAME, STAGING_PREFIX, checkpoint_step
 from zerokit.train.callbacks.fault_cost import ProgressNote, read_progress, with_first_step, with_lost_steps
-from zerokit.train.checkpoint_writer import SaveLog
-from zerokit.train.global_batch import GlobalBatch
+from zerokit.train.checkpoints.resume_match import precision
+from zerokit.train.checkpoints.writer import SaveLog
 from zerokit.train.options import TrainFlags
-from zerokit.train.resume_match import precision
+from zerokit.train.sizing.global_batch import GlobalBatch
 
 # What "earlier_runs" keeps of each run before: enough to tell them apart and see what changed.
 EARLIER_FIELDS = ("started_at", "ended_at", "final_step", "argv", "zerokit", "parallelism", "precision")
@@ -149,8 +149,9 @@ class RunRecorder(TrainerCallback):
         global batch ("batch"). claim: the output folder's ownership record (rank 0's), written when the run has
         started. saves: what each checkpoint cost (the Trainer fills it), recorded at the end. micro_batch: what
         --micro-batch auto chose and how, recorded as "micro_batch" (None without it). memory_recovery: what a
-        restart of a --memory-checkpoints run resumed, from memory or disk (zerokit.train.peer_recovery);
-        memory_every: its K, whose copies are noted as saves are (a restart's count of the steps lost)."""
+        restart of a --memory-checkpoints run resumed, from memory or disk
+        (zerokit.train.checkpoints.node_copies.recovery); memory_every: its K, whose copies are noted as saves are (a
+        restart's count of the steps lost)."""
         self.output_dir = options.output_dir
         self.claim = claim
         self.layout = dict(layout or {})
@@ -162,7 +163,7 @@ class RunRecorder(TrainerCallback):
         self.stepped = False  # this run's first step has ended
         self.started = False  # the output folder's records are this run's
         self.saves = saves
-        self.micro_batch = micro_batch  # what --micro-batch auto chose, and how (zerokit.train.micro_probe)
+        self.micro_batch = micro_batch  # what --micro-batch auto chose, and how (zerokit.train.sizing.micro_probe)
         self.memory_recovery = memory_recovery
         self.memory_every = memory_every
         self.step_seconds: list[float] = []  # between step ends, but those that held a save or an evaluation
@@ -201,7 +202,8 @@ class RunRecorder(TrainerCallback):
         return control
 
     def batch(self, args) -> dict[str, int] | None:
-        """The global batch and its parts: a resume on another number of ranks keeps it (zerokit.train.global_batch)."""
+        """The global batch and its parts: a resume on another number of ranks keeps it
+        (zerokit.train.sizing.global_batch)."""
         if "dp_size" not in self.layout:
             return None
         micro, accumulation = args.per_device_train_batch_size, args.gradient_accumulation_steps

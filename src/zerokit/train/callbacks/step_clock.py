@@ -5,7 +5,7 @@ Each rank writes `rank-<R>.json` into a folder when training ends: when its firs
 many tokens it trained on, the eval losses seen, and its peak memory. A step's time runs from the end of
 the previous step (or of the evaluation or checkpoint after it) to its own end, so data loading counts and
 evaluations and saves do not: a checkpoint's seconds are kept apart (`save_seconds`: from the step's end to the
-save's, what a checkpoint costs the run; with `saves`, the run's zerokit.train.checkpoint_writer.SaveLog, each
+save's, what a checkpoint costs the run; with `saves`, the run's zerokit.train.checkpoints.writer.SaveLog, each
 save's figures too, in `checkpoint_saves`: the wait for the one before it, a background write's time and size).
 
 The clock must not slow what it measures. On a GPU a moment is a CUDA event recorded on the current stream
@@ -41,7 +41,7 @@ from zerokit.foundations import startup_marks
 from zerokit.foundations.files import write_json
 
 if TYPE_CHECKING:
-    from zerokit.train.checkpoint_writer import SaveLog
+    from zerokit.train.checkpoints.writer import SaveLog
 
 
 def peak_memory() -> tuple[int, str]:

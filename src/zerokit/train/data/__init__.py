@@ -1,0 +1,1 @@
+"""What a run trains on: datasets (the training and validation blocks, memory-mapped or tokenized here)."""

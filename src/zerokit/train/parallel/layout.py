@@ -1,0 +1,89 @@
+"""How a run's ranks divide: tp x pp x dp (torchtitan's ParallelDims), checked once against the world.
+
+Tensor parallelism (`--tp-size`, zerokit.train.parallel.tensor_parallel) puts tp consecutive ranks in a group;
+pipeline parallelism (`--pp-size`, zerokit.train.parallel.pipeline_parallel) puts dp consecutive ranks in a stage. `pp`
+is None without `--pp-size`: the Trainer trains; with it, even `--pp-size 1`, DeepSpeed's pipeline engine does
+(and tp is 1: `pipeline_parallel.check_options` refuses `--tp-size` with it). A layout the ranks cannot take is
+refused in one line naming the fix, before torch (zerokit.train.cli).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zerokit.foundations.errors import UserError
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """tp ranks per tensor-parallel group x pp pipeline stages (None: no pipeline engine) x dp data-parallel ranks."""
+
+    tp: int = 1
+    pp: int | None = None
+    dp: int = 1
+
+    @property
+    def model_parallel(self) -> int:
+        """The ranks that share one copy of the model: those of a data-parallel replica."""
+        return self.tp * (self.pp or 1)
+
+    @property
+    def world(self) -> int:
+        return self.model_parallel * self.dp
+
+    @classmethod
+    def check(cls, world: int, per_node: int, source: str, *, tp: int = 1, pp: int | None = None) -> ParallelLayout:
+        """The layout of world ranks, per_node on each node, in groups of tp and pp stages; source names where the
+        counts came from (the flag or the variables) for the one-line refusal.
+
+        A plain UserError, which every rank prints: in the ranks this runs before they meet, and a rank that is
+        still starting when launch stops the others on the first one's exit would never print an every-rank error.
+        """
+        if tp > 1:
+            if world == 1:
+                raise UserError(f"--tp-size {tp} needs {tp} ranks at least, this run has 1: add --nproc-per-node {tp}")
+            if per_node % tp:
+                raise UserError(
+                    f"--tp-size {tp} does not divide the {per_node} ranks per node ({source}): a tensor-parallel "
+                    f"group must lie within one node; pick a --tp-size that divides {per_node}"
+                )
+            if world % tp:
+                raise UserError(
+                    f"--tp-size {tp} does not divide the {world} ranks ({source}): "
+                    f"pick a --tp-size that divides {world}"
+                )
+        if pp is not None and world % (tp * pp):
+            raise UserError(
+                f"--pp-size {pp} does not divide the {world} ranks ({source}): each stage needs the same number "
+                f"of data-parallel ranks; pick a --pp-size that divides {world}"
+            )
+        return cls(tp=tp, pp=pp, dp=world // (tp * (pp or 1)))
+
+    def describe(self, micro_batch: int, accumulation: int) -> str:
+        """The start-up line: the layout and the global batch it makes (samples per optimizer step)."""
+        ranks = self.world
+        plural = "s" if ranks > 1 else ""
+        batch = micro_batch * accumulation * self.dp
+        if self.pp is None:
+            return (
+                f"zerokit: {ranks} rank{plural} = tensor parallel {self.tp} x data parallel {self.dp}; "
+                f"global batch {batch} = {micro_batch} per rank x {self.dp} data-parallel x {accumulation} "
+                f"accumulation (the {self.tp} ranks of a group share a batch)"
+            )
+        line = (
+            f"zerokit: {ranks} rank{plural} = pipeline {self.pp} stage{'s' if self.pp > 1 else ''} "
+            f"x data parallel {self.dp}; global batch {batch} = {micro_batch} per micro-batch x {accumulation} "
+            f"micro-batches per step (--gradient_accumulation_steps) x {self.dp} data-parallel"
+        )
+        if self.pp > 1 and accumulation < self.pp:
+            line += (
+                f"; with {accumulation} micro-batch{'es' if accumulation > 1 else ''} per step the {self.pp} stages "
+                f"mostly wait on each other: --gradient_accumulation_steps {self.pp * 2} or more fills the pipeline"
+            )
+        return line
+
+    def as_record(self) -> dict[str, int]:
+        """zerokit-run.json's "parallelism" (and a pipeline checkpoint's layout file): the sizes this engine has."""
+        if self.pp is None:
+            return {"tp_size": self.tp, "dp_size": self.dp}
+        return {"pp_size": self.pp, "dp_size": self.dp}
