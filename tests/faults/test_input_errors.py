@@ -154,6 +154,25 @@ def test_train_model_folder_without_config(tmp_path: Path, no_torch_env):
     assert "holds no config.json (it has readme.md)" in line
 
 
+@pytest.mark.parametrize(
+    ("files", "refusal"),
+    [
+        (["config.json"], "the folder holds a config but no weights (model.safetensors, "),
+        (["config.json", "model.safetensors"], "no tokenizer files in it (tokenizer.json, tokenizer_config.json, ...): "
+         "give --tokenizer FOLDER"),
+    ],
+)  # fmt: skip
+def test_train_model_folder_without_weights_or_tokenizer_is_refused(tmp_path: Path, no_torch_env, files, refusal):
+    """transformers 5 fills either in silently: fresh weights from the config, a tokenizer of one token."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for name in files:
+        (folder / name).write_text("{}")
+    line = one_line_error(run_zerokit(train(tmp_path / "out", "--model", str(folder)), no_torch_env))
+    assert f"--model {folder}: {refusal}" in line
+    assert not (tmp_path / "out").exists()
+
+
 def test_generate_from_an_empty_folder_names_what_is_missing(tmp_path: Path, no_torch_env):
     line = one_line_error(run_zerokit(["generate", str(tmp_path), "--prompt", "x"], no_torch_env))
     assert "holds no config.json" in line and "sentencepiece" not in line
@@ -229,3 +248,36 @@ def test_the_default_llama_is_refused_before_it_is_built(tmp_path: Path, zk_env)
     assert line.startswith("error: not enough memory: this run needs at least 121 GiB of host memory"), line
     assert "6.48B parameters, ZeRO-2, fp32" in line and "--config zero3 over" in line, line
     assert time.monotonic() - started < 60
+
+
+def placeholder_tokenizer(folder: Path, eos: bool, extra_tokens: int = 0) -> Path:
+    """A word-level tokenizer of a few tokens (plus extra_tokens), with or without an end-of-text token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {word: i for i, word in enumerate(["[UNK]", "a", "b", *(f"w{n}" for n in range(extra_tokens))])}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    special = {"eos_token": "</s>"} if eos else {}
+    PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", **special).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("eos", "extra", "refusal"),
+    [
+        (True, 0, "has 4 tokens: not a trained tokenizer; give the one the model was trained with (--tokenizer "
+         "FOLDER), or train one (tokenizers' trainers)"),
+        (False, 100, "has no end-of-text token (eos_token), which packing puts between documents: give a tokenizer "
+         "that has one, or set it (tokenizer.eos_token = ...; save_pretrained) before training"),
+    ],
+)  # fmt: skip
+def test_a_placeholder_tokenizer_is_refused_before_any_text_is_packed(tmp_path: Path, zk_env, eos, extra, refusal):
+    tokenizer = placeholder_tokenizer(tmp_path / "tokenizer", eos, extra)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a b a b\n" * 50)
+    output = tmp_path / "prepared"
+    result = run_zerokit(["prepare", "tokenize", str(corpus), "--tokenizer", str(tokenizer), "--output", str(output)],
+                         zk_env)  # fmt: skip
+    assert one_line_error(result) == f"error: tokenizer {tokenizer} {refusal}"
+    assert not output.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "tokenizer"]

@@ -13,7 +13,14 @@ from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.outputs.ownership import built_beside, check_writable
-from zerokit.sources.data import PREPARED_NAME, load_raw, read_prepared, resolve_source, tokenize_and_group
+from zerokit.sources.data import (
+    PREPARED_NAME,
+    check_tokenizer,
+    load_raw,
+    read_prepared,
+    resolve_source,
+    tokenize_and_group,
+)
 
 FORMAT_VERSION = 1
 
@@ -60,6 +67,7 @@ def tokenize_to_disk(
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+        check_tokenizer(tokenizer, tokenizer_name)
         block_size = block_size or min(tokenizer.model_max_length, 1024)
         raw = load_raw(resolve_source(source), validation_split_percentage, seed)
         if template:

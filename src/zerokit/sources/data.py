@@ -188,6 +188,24 @@ def check_text_column(columns: list[str], text_column: str) -> list[str]:
     return columns
 
 
+FEWEST_TOKENS = 32  # below this, a "tokenizer" is a placeholder (transformers 5 makes one of a single token)
+
+
+def check_tokenizer(tokenizer, name: str) -> None:
+    """A tokenizer that text can be packed with: more than a handful of tokens, and an end-of-text token, which
+    packing puts between documents (zerokit.sources.data.block_functions)."""
+    if len(tokenizer) < FEWEST_TOKENS:
+        raise UserError(
+            f"tokenizer {name} has {len(tokenizer)} tokens: not a trained tokenizer; give the one the model was "
+            "trained with (--tokenizer FOLDER), or train one (tokenizers' trainers)"
+        )
+    if not tokenizer.eos_token:
+        raise UserError(
+            f"tokenizer {name} has no end-of-text token (eos_token), which packing puts between documents: give a "
+            "tokenizer that has one, or set it (tokenizer.eos_token = ...; save_pretrained) before training"
+        )
+
+
 def block_functions(tokenizer, text_column: str, block_size: int):
     """The two batched map functions: tokenize (EOS appended), group into blocks with labels."""
 

@@ -102,10 +102,15 @@ def check_fine_tuning(options: TrainFlags) -> None:
 def check_hub_inputs(options: TrainFlags) -> None:
     """Offline (the default): Hub names must be in the cache; fail now, in one line, naming `prepare`."""
     from zerokit.sources import offline
-    from zerokit.sources.model_source import is_path, require_model_folder, require_tokenizer_folder
+    from zerokit.sources.model_source import is_path, require_model_folder, require_tokenizer_folder, require_weights
 
     if options.model and is_path(options.model):
         require_model_folder("--model", options.model)
+        if not options.from_scratch:
+            require_weights("--model", options.model)
+        if not options.tokenizer:  # the tokenizer is the model folder's: transformers 5 would make one up
+            fix = "give --tokenizer FOLDER (the tokenizer the model was trained with), or save it into the folder"
+            require_tokenizer_folder("--model", options.model, fix)
     if options.tokenizer and is_path(options.tokenizer):
         require_tokenizer_folder("--tokenizer", options.tokenizer)
     if options.online:

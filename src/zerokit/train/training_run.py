@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from zerokit.foundations.errors import RunFailure
+from zerokit.foundations.errors import EndOfRunFailure, RunFailure
 from zerokit.foundations.process_end import keep_until_exit
 from zerokit.train.options import TrainFlags
 from zerokit.train.parallel.layout import ParallelLayout
@@ -87,14 +87,17 @@ class TrainingRun:
             if self.preemption is not None and self.preemption.preempted:
                 shutdown_distributed()  # the checkpoint is written; the job script requeues on REQUEUE_EXIT_CODE
                 return self.preemption.exit_code
-            built.save_final(metrics)
-            built.evaluate()
+            output = self.options.output_dir
+            saved = f"the final model is saved in {output}"
+            after_training("final save", lambda: built.save_final(metrics), lambda: last_checkpoint(output))
+            after_training("evaluation", built.evaluate, lambda: saved)
             if self.options.merge and self.args.should_save:
-                self.merge_adapter()
+                after_training("adapter merge", self.merge_adapter, lambda: f"the adapter is saved in {output}")
             if self.record is not None:
                 from zerokit.outputs import ownership
 
-                ownership.finish(self.options.output_dir, self.record)
+                record = self.record
+                after_training("run record", lambda: ownership.finish(output, record), lambda: saved)
         except RunFailure:
             shutdown_distributed(barrier=False)  # every rank got here, or the launcher stops the rest
             raise
@@ -110,6 +113,29 @@ class TrainingRun:
         unset_hf_deepspeed_config()  # the base is loaded whole, not partitioned by ZeRO-3
         output = self.options.output_dir
         merge_adapter(self.options.model, str(output), str(output / "merged"))
+
+
+def after_training(part: str, action: Callable[[], object], kept: Callable[[], str]) -> None:
+    """A part of the run's end (END_OF_RUN_EXIT_CODES): whatever it raises, the user reads one line saying what
+    failed and what was kept (`kept()`, read then), not a rank's traceback after hours of training, and the exit
+    code names the part."""
+    try:
+        action()
+    except EndOfRunFailure:
+        raise
+    except Exception as error:  # any fault of the end, after the work: said in one line
+        said = " ".join(str(error).split())[:300] or type(error).__name__
+        raise EndOfRunFailure(part, f"training finished, then the {part} failed ({said}); {kept()}") from error
+
+
+def last_checkpoint(output: Path) -> str:
+    """What a failed final save leaves: the newest whole checkpoint, named."""
+    from zerokit.outputs.checkpoints import newest_complete_checkpoint
+
+    newest = newest_complete_checkpoint(output)
+    if newest is None:
+        return "no checkpoint was kept (--save_steps N keeps some): the run must start again"
+    return f"the last checkpoint, {newest}, is kept: --resume auto resumes from it"
 
 
 def shutdown_distributed(barrier: bool = True) -> None:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
+from zerokit.sources.data import check_tokenizer
 from zerokit.train.options import TrainFlags
 
 
@@ -17,7 +18,10 @@ def load_tokenizer(options: TrainFlags):
 
         _, folder = prepare_embedded(embedded_cache_dir())
         return AutoTokenizer.from_pretrained(folder)
-    return AutoTokenizer.from_pretrained(options.tokenizer or options.model)
+    name = options.tokenizer or options.model
+    tokenizer = AutoTokenizer.from_pretrained(name)
+    check_tokenizer(tokenizer, name)
+    return tokenizer
 
 
 def model_config(options: TrainFlags, tokenizer):
