@@ -281,3 +281,28 @@ def test_a_placeholder_tokenizer_is_refused_before_any_text_is_packed(tmp_path: 
                          zk_env)  # fmt: skip
     assert one_line_error(result) == f"error: tokenizer {tokenizer} {refusal}"
     assert not output.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "tokenizer"]
+
+
+@pytest.mark.parametrize("command", ["prepare", "train"])
+def test_a_validation_split_without_a_whole_block_is_refused_before_the_work(tmp_path: Path, zk_env, command):
+    """The run evaluates on it at the end: an empty one ended a finished training in a KeyError (eval_loss)."""
+    from zerokit.sources.embedded import prepare_embedded
+
+    files, tokenizer = prepare_embedded(tmp_path / "embedded")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(files["train"].read_text().splitlines(keepends=True)[:300]))  # 1% is 3 short lines
+    output = tmp_path / "out"
+    split = ["--validation-split-percentage", "1", "--block-size", "64"]
+    if command == "prepare":
+        argv = ["prepare", "tokenize", str(corpus), "--tokenizer", str(tokenizer), "--output", str(output), *split]
+    else:
+        argv = [*train(output, "--dataset", str(corpus), "--tokenizer", str(tokenizer), "--config", "none"), *split]
+    result = run_zerokit(argv, zk_env)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error")]  # after the progress bars
+    assert result.returncode == 2 and len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert errors[0] == (
+        f"error: dataset {corpus}: its validation split holds no whole block of 64 tokens, and the run evaluates on "
+        "it: give more text, a higher --validation-split-percentage (where the split is taken from the training "
+        "text), or a smaller --block-size"
+    )
+    assert not output.exists()

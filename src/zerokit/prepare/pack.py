@@ -15,6 +15,7 @@ from zerokit.foundations.errors import UserError
 from zerokit.outputs.ownership import built_beside, check_writable
 from zerokit.sources.data import (
     PREPARED_NAME,
+    check_blocks,
     check_tokenizer,
     load_raw,
     read_prepared,
@@ -73,6 +74,7 @@ def tokenize_to_disk(
         if template:
             raw, text_column = apply_template(raw, decode_escapes(template), num_proc), "text"
         blocks = tokenize_and_group(raw, tokenizer, text_column, block_size, num_proc=num_proc)
+        check_blocks(blocks, source, block_size)  # as train checks what it tokenizes: nothing published
         info = {
             "format": FORMAT_VERSION,
             "source": source,

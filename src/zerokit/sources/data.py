@@ -107,11 +107,20 @@ def check_utf8_text(path: Path, chunk_bytes: int) -> None:
 
 
 def check_blocks(blocks, source: str, block_size: int) -> None:
-    """At least one training block: a corpus shorter than one block trains nothing."""
+    """At least one training block (a corpus shorter than one block trains nothing) and, where there is a
+    validation split, one validation block: the run evaluates on it at the end, and an empty one ended the run,
+    after training, in a KeyError over the missing eval_loss."""
     if len(blocks["train"]) == 0:
         raise UserError(
             f"dataset {source} has fewer tokens than one block of {block_size} after the validation split: "
             "give more text, or a smaller --block-size"
+        )
+    validation = blocks.get("validation")
+    if validation is not None and hasattr(validation, "__len__") and len(validation) == 0:
+        raise UserError(
+            f"dataset {source}: its validation split holds no whole block of {block_size} tokens, and the run "
+            "evaluates on it: give more text, a higher --validation-split-percentage (where the split is taken from "
+            "the training text), or a smaller --block-size"
         )
 
 
