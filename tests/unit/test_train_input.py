@@ -117,3 +117,16 @@ def test_a_text_dataset_with_a_byte_that_is_not_utf8_anywhere_is_named_by_line_a
     )
     corpus.write_text("first line\nsecond é line\n" * 10)  # é split across chunks: still text
     check_text_files(resolve_source(str(corpus)), chunk_bytes=chunk_bytes)
+
+
+def test_nproc_per_node_runs_as_zerokit_launch_with_ranks_that_do_not_spawn_again():
+    """train --nproc-per-node N becomes `zerokit launch` (a process, exec'd: not launch's CLI imported into train)."""
+    import sys
+
+    from zerokit.train.cli import launch_argv
+
+    argv = ["--nproc-per-node", "2", "--max_steps", "3", "--nproc_per_node=2", "--output-dir", "out"]
+    assert launch_argv(argv, 2) == [
+        sys.executable, "-m", "zerokit", "launch", "--nproc-per-node", "2", "train", "--max_steps", "3",
+        "--output-dir", "out",
+    ]  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from zerokit.cluster import ENVIRONMENTS
 from zerokit.cluster.detect import NAMES as SCHEDULERS
@@ -287,13 +287,6 @@ def target_argv(command: Sequence[str], python: str) -> tuple[str, ...]:
 
 def parse(argv: Sequence[str], environ: Mapping[str, str], python: str) -> LaunchConfig:
     return validate(from_namespace(LaunchFlags, build_parser(environ).parse_args(list(argv))), python)
-
-
-def spawn_config(command: Sequence[str], nproc_per_node: int, environ: Mapping[str, str], python: str) -> LaunchConfig:
-    """The config of `launch --nproc-per-node N COMMAND`, every other flag from the environment: how another
-    command (train --nproc-per-node N) hands itself to launch, as a config rather than an argv to parse."""
-    flags = from_namespace(LaunchFlags, build_parser(environ).parse_args([]))
-    return validate(replace(flags, nproc_per_node=nproc_per_node, command=list(command)), python)
 
 
 def validate(flags: LaunchFlags, python: str) -> LaunchConfig:

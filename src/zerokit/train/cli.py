@@ -13,6 +13,7 @@ import sys
 import textwrap
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
+from typing import NoReturn
 
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import command_parser, from_namespace, option_strings
@@ -181,12 +182,24 @@ def main(argv: list[str]) -> int:
     if options.ds_config:  # against DeepSpeed's own keys: imports it (seconds), so after the checks that need no torch
         check_ds_config(options.ds_config, pipelined=options.pp_size is not None)
     if options.nproc_per_node > 1:
-        from zerokit.launch.cli import run as launch
-        from zerokit.launch.config import spawn_config
-
-        command = ["train", *_without_nproc(argv)]
-        return launch(spawn_config(command, options.nproc_per_node, os.environ, sys.executable))
+        become(launch_argv(argv, options.nproc_per_node))
     return train(options, layout, hf_argv)
+
+
+def launch_argv(argv: list[str], nproc_per_node: int) -> list[str]:
+    """`train --nproc-per-node N ARGS` as the command that runs it: `zerokit launch --nproc-per-node N train ARGS`,
+    each rank's argv without --nproc-per-node, so that no rank starts ranks again."""
+    return [sys.executable, "-m", "zerokit", "launch", "--nproc-per-node", str(nproc_per_node), "train",
+            *_without_nproc(argv)]  # fmt: skip
+
+
+def become(command: list[str]) -> NoReturn:
+    """Replace this process with `command`: launch then gets the terminal's Ctrl-C and a scheduler's signals
+    itself (no parent to answer them first, or to leave launch behind), and its exit code is train's. The
+    environment is this process's, with what the checks set (offline mode) in it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
 
 
 def check_layout(options: TrainFlags, environ: MutableMapping[str, str]) -> ParallelLayout:
