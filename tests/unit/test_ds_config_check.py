@@ -133,3 +133,18 @@ def test_the_keys_are_deepspeeds_own():
     assert {"train_micro_batch_size_per_gpu", "gradient_clipping", "activation_checkpointing"} <= set(known_keys().keys)
     assert known_keys().keys["optimizer"].keys["params"].any_key  # the optimizer's own arguments
     assert {"optimizer.params.lr", "zero_optimization.stage3_prefetch_bucket_size"} <= hf_filled_keys()
+
+
+def test_a_config_saved_with_a_byte_order_mark_is_named_with_the_fix(tmp_path: Path):
+    """A Windows editor's UTF-8 with BOM: json.load refuses it on every rank ("Unexpected UTF-8 BOM")."""
+    import subprocess
+
+    from zerokit.sources.ds_configs import read_ds_config
+
+    path = tmp_path / "zero2.json"
+    path.write_bytes(b'\xef\xbb\xbf{"zero_optimization": {"stage": 2}}')
+    with pytest.raises(UserError, match=r"starts with a byte-order mark .*: save it as UTF-8 without one") as refused:
+        read_ds_config(path)
+    fix = str(refused.value).rsplit("(", 1)[1].rstrip(")")  # the sed command the line names, run as given
+    subprocess.run(fix, shell=True, check=True)
+    assert read_ds_config(path) == {"zero_optimization": {"stage": 2}}

@@ -130,3 +130,20 @@ def test_nproc_per_node_runs_as_zerokit_launch_with_ranks_that_do_not_spawn_agai
         sys.executable, "-m", "zerokit", "launch", "--nproc-per-node", "2", "train", "--max_steps", "3",
         "--output-dir", "out",
     ]  # fmt: skip
+
+
+def test_a_folder_of_jsonl_shards_is_one_dataset_and_a_folder_of_mixed_kinds_is_refused(tmp_path: Path):
+    """A folder of .jsonl shards was refused ("no .txt files"); .json files beside .txt ones were left out."""
+    from zerokit.foundations.errors import UserError
+    from zerokit.sources.data import resolve_source
+
+    shards = tmp_path / "shards"
+    (shards / "part").mkdir(parents=True)
+    for name in ("part/00.jsonl", "01.jsonl"):
+        (shards / name).write_text('{"text": "hello"}\n')
+    (shards / ".zerokit-output.json").write_text("{}")  # a hidden record is not data
+    source = resolve_source(str(shards))
+    assert (source.loader, [Path(f).name for f in source.data_files]) == ("json", ["01.jsonl", "00.jsonl"])
+    (shards / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match=r"holds files of several kinds \(2 json, 1 text\): give a folder of one kind"):
+        resolve_source(str(shards))

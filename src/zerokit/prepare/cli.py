@@ -52,7 +52,7 @@ class TokenizeFlags:
     """`prepare tokenize`'s flags, each defined once here (zerokit.foundations.flags)."""
 
     source: str = flag(
-        "source", help="a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder or a Hub name"
+        "source", help="a .txt/.jsonl/.csv file, a folder of such files (one kind), a save_to_disk folder or a Hub name"
     )
     tokenizer: str = flag("--tokenizer", required=True, help="tokenizer Hub id or folder (the one train will use)")
     output: Path = flag("--output", type=Path, required=True, help="folder to write (save_to_disk)")

@@ -11,7 +11,7 @@ from zerokit.foundations.errors import UserError
 
 TEXT_SUFFIXES = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv"}
 PREPARED_NAME = "zerokit-prepared.json"  # marks a folder written by `prepare tokenize`
-SOURCE_HELP = "a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder, or a Hub dataset name"
+SOURCE_HELP = "a .txt/.jsonl/.csv file, a folder of such files, a save_to_disk folder, or a Hub dataset name"
 
 
 @dataclass(frozen=True)
@@ -44,12 +44,26 @@ def resolve_source(name: str) -> DatasetSource:
         return DatasetSource(kind="prepared", location=str(path))
     if (path / "dataset_dict.json").is_file() or (path / "dataset_info.json").is_file():
         return DatasetSource(kind="disk", location=str(path))
-    texts = sorted(str(p) for p in path.rglob("*.txt"))
-    if not texts:
+    return folder_source(path)
+
+
+def folder_source(path: Path) -> DatasetSource:
+    """A folder of data files of one kind (shards: .txt, .jsonl, .csv ...), read as one dataset. Files of
+    several kinds are refused: reading one kind would leave the others out without a word."""
+    kinds: dict[str, list[str]] = {}
+    for file in sorted(path.rglob("*")):
+        if file.is_file() and file.suffix in TEXT_SUFFIXES and not file.name.startswith("."):
+            kinds.setdefault(TEXT_SUFFIXES[file.suffix], []).append(str(file))
+    if not kinds:
+        what = "holds no data files, nor is it a save_to_disk folder"
+        raise UserError(f"dataset folder {path} {what}: give {SOURCE_HELP}")
+    if len(kinds) > 1:
+        counts = ", ".join(f"{len(files)} {loader}" for loader, files in kinds.items())
         raise UserError(
-            f"dataset folder {path} has no .txt files and is not a save_to_disk folder (give {SOURCE_HELP})"
+            f"dataset folder {path} holds files of several kinds ({counts}): give a folder of one kind, or one file"
         )
-    return DatasetSource(kind="files", location=str(path), loader="text", data_files=tuple(texts))
+    ((loader, files),) = kinds.items()
+    return DatasetSource(kind="files", location=str(path), loader=loader, data_files=tuple(files))
 
 
 def read_prepared(folder: Path) -> dict | None:
@@ -149,8 +163,9 @@ def load_raw(source: DatasetSource, validation_percent: int, seed: int, splits: 
         try:
             parts = raw["train"].train_test_split(test_size=validation_percent / 100, seed=seed)
         except ValueError:
+            rows = len(raw["train"])
             raise UserError(
-                f"dataset {source.location} has {len(raw['train'])} rows, too few to hold out "
+                f"dataset {source.location} has {rows} row{'' if rows == 1 else 's'}, too few to hold out "
                 f"{validation_percent}% for validation: give more text (or one with a validation split)"
             ) from None
         raw = datasets.DatasetDict(train=parts["train"], validation=parts["test"])

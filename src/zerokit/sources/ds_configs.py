@@ -12,7 +12,15 @@ from zerokit.foundations.errors import UserError
 from zerokit.foundations.paths import CONFIGS_DIR
 from zerokit.foundations.utf8 import bad_byte, iconv_fix
 
-__all__ = ["CONFIGS_DIR", "DEFAULT_CONFIG", "bundled", "is_bundled", "read_ds_config", "resolve_ds_config"]
+__all__ = [
+    "CONFIGS_DIR",
+    "DEFAULT_CONFIG",
+    "bundled",
+    "find_ds_config",
+    "is_bundled",
+    "read_ds_config",
+    "resolve_ds_config",
+]
 
 # train's --config when none is given (launch reads it too, to name the ops a train job needs).
 DEFAULT_CONFIG = "zero2"
@@ -23,8 +31,9 @@ def bundled(name: str) -> Path:
     return CONFIGS_DIR / (name if name.endswith(".json") else f"{name}.json")
 
 
-def resolve_ds_config(name: str) -> Path | None:
-    """A path, or the name of a bundled config; checked to be JSON with a zero_optimization stage."""
+def find_ds_config(name: str) -> Path | None:
+    """The file a --config value names (a path, or the name of a bundled config), as found, not yet read; None for
+    none."""
     if name == "none":
         return None
     path = Path(name)
@@ -33,6 +42,14 @@ def resolve_ds_config(name: str) -> Path | None:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in CONFIGS_DIR.glob("*.json")))
         raise UserError(f"DeepSpeed config not found: {name} (give a JSON file or one of: {known})")
+    return path
+
+
+def resolve_ds_config(name: str) -> Path | None:
+    """A path, or the name of a bundled config; checked to be JSON with a zero_optimization stage."""
+    path = find_ds_config(name)
+    if path is None:
+        return None
     read_ds_config(path)
     return path.resolve()
 
@@ -56,6 +73,11 @@ def read_ds_config(path: Path) -> dict:
         raise UserError(
             f"DeepSpeed config {path} is not UTF-8 at {bad_byte(data, error.start)}: {iconv_fix(path)}"
         ) from None
+    if text.startswith("\ufeff"):  # DeepSpeed's and the Trainer's json.load refuse it on every rank
+        raise UserError(
+            f"DeepSpeed config {path} starts with a byte-order mark (a Windows editor's UTF-8 with BOM): save it as "
+            f"UTF-8 without one (sed -i '1s/^\\xEF\\xBB\\xBF//' {path})"
+        )
     try:
         config = json.loads(text)
     except json.JSONDecodeError as error:
