@@ -1,7 +1,8 @@
 """`launch --hostfile`: the hosts of a head-node launch, read as DeepSpeed's and MPI's hostfiles are written.
 
 Each line is `host`, `host slots=N` (DeepSpeed's and OpenMPI's count of a host's GPUs; OpenMPI's `max_slots=M`
-may follow), or `host:N` (MPICH's and Hydra's); `#` starts a comment; blank lines are skipped. A line of
+may follow), `host:N` (MPICH's and Hydra's), or Grid Engine's `$PE_HOSTFILE` line; `#` starts a comment; blank
+lines are skipped; a host on several bare lines (`$PBS_NODEFILE`: once per core) is one host. A line of
 anything else is refused with its number: a host named after the first word of a sentence trains nowhere.
 A host's slots are the ranks launch starts on it when `--nproc-per-node` is not given; launch starts the same
 number on every node, so declared slots must agree with each other and with `--nproc-per-node`.
@@ -17,6 +18,9 @@ from zerokit.foundations.errors import UserError
 FORMS = "one host per line, as `node1`, `node1 slots=8` or `node1:8`"
 HOST = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?"  # a hostname or an IPv4 address
 LINE = re.compile(rf"(?P<host>{HOST})(?::(?P<colon>\d+)|\s+slots\s*=\s*(?P<slots>\d+)(?:\s+max_slots\s*=\s*\d+)?)?")
+# Grid Engine's $PE_HOSTFILE: `host slots queue@host processors`. Its slots count the job's CPU slots, not the
+# ranks a node starts (the job scripts give --nproc-per-node), so they are not taken as declared slots.
+SGE_LINE = re.compile(rf"(?P<host>{HOST})\s+\d+\s+\S+@\S+(?:\s+\S+)?")
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,9 @@ def parse_hostfile(path: str, lines: list[str]) -> Hostfile:
         if not text:
             continue
         match = LINE.fullmatch(text)
+        if match is None and (sge := SGE_LINE.fullmatch(text)) is not None:
+            hosts.setdefault(sge["host"], number)
+            continue
         if match is None:
             raise UserError(f"hostfile {path} line {number} is not a host line: {text!r}; write {FORMS}")
         host, declared = match["host"], match["colon"] or match["slots"]

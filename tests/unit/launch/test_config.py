@@ -104,6 +104,10 @@ def test_a_deepspeed_users_hostfile_gives_its_slots_as_the_ranks_of_each_node(tm
     assert hostfile_config(tmp_path, "node1\nnode2\n", "--nproc-per-node", "8").nproc_per_node == 8
     bare = hostfile_config(tmp_path, "node1\nnode1\nnode2\n")  # $PBS_NODEFILE's way: a host once per core
     assert (bare.hosts_from_file, bare.nproc_per_node) == (("node1", "node2"), None)
+    sge = hostfile_config(
+        tmp_path, "node1 4 all.q@node1 UNDEFINED\nnode2 4 all.q@node2 UNDEFINED\n", "--nproc-per-node", "2"
+    )
+    assert (sge.hosts_from_file, sge.nproc_per_node) == (("node1", "node2"), 2)  # $PE_HOSTFILE: CPU slots, not ranks
 
 
 @pytest.mark.parametrize(
