@@ -41,7 +41,7 @@ def test_a_failed_final_save_names_the_checkpoint_a_resume_takes(tmp_path):
 
 
 def test_every_part_has_its_own_code_and_none_restarts_under_launch():
-    from zerokit.launch.restart import is_machine_fault
+    from zerokit.launch.watch.exits import is_machine_fault
 
     codes = list(END_OF_RUN_EXIT_CODES.values())
     assert len(set(codes)) == len(codes) and not any(is_machine_fault(code) for code in codes)

@@ -14,6 +14,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 LAYERS: list[set[str]] = [
@@ -38,9 +40,31 @@ TRAIN_ROOMS = [
     "model",
     "options",
     "parallel",
+    "ds_settings",
     "hf_flags",
     "secret_free",
 ]
+# launch's, the same way: the command, the loop and its restarts above the plan, the watchers below it, the rank side
+# (imported by train, generate and users' scripts) at the ground.
+LAUNCH_ROOMS = [
+    "cli",
+    "execute",
+    "restarts",
+    "preflight",
+    "job_ops",
+    "plan",
+    "config",
+    "program",
+    "head",
+    "hostfile",
+    "nccl_plugin",
+    "watch",
+    "job",
+    "command",
+    "remote_shell",
+    "rank",
+]
+ROOMS = {"zerokit.train": TRAIN_ROOMS, "zerokit.launch": LAUNCH_ROOMS}
 
 
 def module_name(path: Path) -> str:
@@ -106,21 +130,25 @@ def test_no_two_parts_import_each_other():
     assert cycles == []
 
 
-def train_room(module: str) -> str | None:
-    """The room of train that module is, or lies in (None: outside train, or train's face)."""
-    parts = module.split(".")
-    return parts[2] if parts[:2] == ["zerokit", "train"] and len(parts) > 2 else None
+def room(package: str, module: str) -> str | None:
+    """The room of package that module is, or lies in (None: outside package, or the package's face)."""
+    parts, top = module.split("."), package.split(".")
+    return parts[len(top)] if parts[: len(top)] == top and len(parts) > len(top) else None
 
 
-def test_every_room_of_train_is_drawn():
-    rooms = {p.stem for p in (SRC / "zerokit" / "train").iterdir() if p.suffix == ".py" or p.is_dir()}
-    assert rooms - {"__init__", "__pycache__"} == set(TRAIN_ROOMS)
+@pytest.mark.parametrize("package", ROOMS)
+def test_every_room_is_drawn(package: str):
+    folder = SRC.joinpath(*package.split("."))
+    rooms = {p.stem for p in folder.iterdir() if p.suffix == ".py" or p.is_dir()}
+    assert rooms - {"__init__", "__pycache__"} == set(ROOMS[package])
 
 
-def test_no_room_of_train_imports_one_above_it():
+@pytest.mark.parametrize("package", ROOMS)
+def test_no_room_imports_one_above_it(package: str):
+    order = ROOMS[package]
     upward = [
         f"{a} imports {b}"
         for a, b in imports()
-        if (room := train_room(a)) and (other := train_room(b)) and TRAIN_ROOMS.index(other) < TRAIN_ROOMS.index(room)
+        if (mine := room(package, a)) and (other := room(package, b)) and order.index(other) < order.index(mine)
     ]
     assert upward == []

@@ -15,6 +15,7 @@ from zerokit.image.provenance import RECORD_NAME, jsonable, recorded_environment
 from zerokit.outputs import ownership
 from zerokit.outputs.checkpoints import SIZES_NAME, damage, record_sizes
 from zerokit.train.callbacks.run_record import RunRecorder, add_to_sizes, deepspeed_section, resume_chain, write_record
+from zerokit.train.ds_settings import DeepSpeedSettings
 from zerokit.train.options import TrainFlags
 
 
@@ -114,7 +115,7 @@ def a_record(tmp_path: Path, config: dict) -> dict:
         "format": "zerokit-run/1",
         "cwd": str(tmp_path),
         **facts(),
-        "deepspeed": deepspeed_section(str(path), path, str(path)),
+        "deepspeed": deepspeed_section(str(path), DeepSpeedSettings.read(path), str(path)),
     }
 
 

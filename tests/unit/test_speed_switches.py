@@ -101,13 +101,12 @@ def test_the_switches_reach_the_trainer_and_deepspeed(tmp_path):
     """--compile sets HF's torch_compile; deepcompile also DeepSpeed's compile section (the user's file unchanged)."""
     import base64
 
-    from zerokit.sources.ds_configs import resolve_ds_config
-    from zerokit.train.options import ds_config_argument
+    from zerokit.train.options import TrainFlags, ds_config_argument
 
-    zero2 = resolve_ds_config("zero2")
+    zero2 = TrainFlags(config="zero2").ds_settings
     value = ds_config_argument(zero2, deepcompile=True)
     assert json.loads(base64.urlsafe_b64decode(value))["compile"] == {"deepcompile": True}
-    assert ds_config_argument(zero2) == str(zero2)
+    assert ds_config_argument(zero2) == str(zero2.path)
     from zerokit.train.run import training_arguments
 
     options, flags = parse(["--compile", "torch", "--config", "none", "--output-dir", str(tmp_path / "o")], environ={})

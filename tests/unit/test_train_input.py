@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
-from zerokit.sources.ds_configs import resolve_ds_config
+from zerokit.sources.ds_configs import bundled, resolve_ds_config
+from zerokit.train.ds_settings import DeepSpeedSettings
 from zerokit.train.options import ds_config_argument
 
 
@@ -66,40 +67,44 @@ def decoded(argument: str) -> dict:
     return json.loads(base64.urlsafe_b64decode(argument))
 
 
+def settings(name: str) -> DeepSpeedSettings:
+    """A bundled config's record, as a run's options carry it."""
+    return DeepSpeedSettings.read(bundled(name))
+
+
 def test_deterministic_config_runs_adam_in_torch_except_when_offloaded():
     zero3 = resolve_ds_config("zero3")
-    assert ds_config_argument(zero3) == str(zero3)  # nothing asked: the file itself
-    config = decoded(ds_config_argument(zero3, deterministic_cpu=True))
+    assert ds_config_argument(settings("zero3")) == str(zero3)  # nothing asked: the file itself
+    config = decoded(ds_config_argument(settings("zero3"), deterministic_cpu=True))
     assert config["optimizer"]["params"]["torch_adam"] is True and "checkpoint" not in config
     assert config["zero_optimization"] == json.loads(zero3.read_text())["zero_optimization"]
     offload = resolve_ds_config("zero3-offload")  # ZeRO-Offload needs DeepSpeed's CPU Adam: untouched
-    assert ds_config_argument(offload, deterministic_cpu=True) == str(offload)
+    assert ds_config_argument(settings("zero3-offload"), deterministic_cpu=True) == str(offload)
 
 
 def test_deterministic_cpu_caps_zero2s_buckets_which_it_would_fill_at_every_micro_step():
     from zerokit.train.options import DETERMINISTIC_BUCKET
 
-    bundled = json.loads(resolve_ds_config("zero2").read_text())["zero_optimization"]
-    zero = decoded(ds_config_argument(resolve_ds_config("zero2"), deterministic_cpu=True))["zero_optimization"]
-    assert bundled["reduce_bucket_size"] > DETERMINISTIC_BUCKET  # 5e8: 4 GB filled a step on CPU ranks
+    file = json.loads(resolve_ds_config("zero2").read_text())["zero_optimization"]
+    zero = decoded(ds_config_argument(settings("zero2"), deterministic_cpu=True))["zero_optimization"]
+    assert file["reduce_bucket_size"] > DETERMINISTIC_BUCKET  # 5e8: 4 GB filled a step on CPU ranks
     assert zero["reduce_bucket_size"] == zero["allgather_bucket_size"] == DETERMINISTIC_BUCKET
-    assert {k: v for k, v in zero.items() if "bucket" not in k} == {
-        k: v for k, v in bundled.items() if "bucket" not in k
-    }
+    assert {k: v for k, v in zero.items() if "bucket" not in k} == {k: v for k, v in file.items() if "bucket" not in k}
+    assert settings("zero2").raw["zero_optimization"] == file  # the record's copy of the file is left as it was
 
 
 def test_universal_resume_sets_load_universal():
-    config = decoded(ds_config_argument(resolve_ds_config("zero3-offload"), load_universal=True))
+    config = decoded(ds_config_argument(settings("zero3-offload"), load_universal=True))
     assert config["checkpoint"] == {"load_universal": True}
     assert "torch_adam" not in config["optimizer"]["params"]
 
 
 def test_tensor_parallel_sets_autotp_and_a_whole_model_at_save():
-    config = decoded(ds_config_argument(resolve_ds_config("zero2"), tp_size=2))
+    config = decoded(ds_config_argument(settings("zero2"), tp_size=2))
     assert config["tensor_parallel"] == {"autotp_size": 2}
     assert config["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
     assert config["zero_optimization"]["stage"] == 2
-    assert ds_config_argument(resolve_ds_config("zero2"), tp_size=1) == str(resolve_ds_config("zero2"))
+    assert ds_config_argument(settings("zero2"), tp_size=1) == str(resolve_ds_config("zero2"))
 
 
 @pytest.mark.parametrize("chunk_bytes", [7, 1 << 20])  # the bad byte in a later chunk, or in the first

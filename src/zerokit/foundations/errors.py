@@ -24,7 +24,7 @@ class RunFailure(OneLineError):
 
 
 # The part of a run's end that failed, once training is done, and its exit code: a user (or a job script) can tell
-# from the code alone whether the model was kept. None of them restarts under launch (zerokit.launch.restart).
+# from the code alone whether the model was kept. None of them restarts under launch (zerokit.launch.watch.exits).
 END_OF_RUN_EXIT_CODES = {"final save": 3, "evaluation": 4, "adapter merge": 5, "run record": 6}
 
 

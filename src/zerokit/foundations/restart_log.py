@@ -1,6 +1,6 @@
 """launch's log of faults and restarts (`launch --max-restarts`), and how a restarted rank finds it.
 
-launch writes the log (zerokit.launch.restart) and names it to the ranks it restarts in ZEROKIT_LAUNCH_RESTARTS;
+launch writes the log (zerokit.launch.restarts.loop) and names it to the ranks it restarts in ZEROKIT_LAUNCH_RESTARTS;
 `train`'s run record (zerokit.train.callbacks.run_record) copies its events into zerokit-run.json.
 No dependencies: launch imports it before torch, the run record under it.
 """

@@ -20,10 +20,8 @@ from zerokit.cluster.nic import interface_to
 from zerokit.foundations import startup_marks
 from zerokit.image.ds_install import read_prebuilt
 from zerokit.image.provenance import redacted_argv
-from zerokit.launch import heartbeat
 from zerokit.launch.config import LaunchConfig, parse
 from zerokit.launch.execute import execute
-from zerokit.launch.head_restart import Replan
 from zerokit.launch.job import read_job
 from zerokit.launch.job_ops import check_job_ops, ops_loaded
 from zerokit.launch.nccl_plugin import check_nccl_plugin
@@ -31,7 +29,9 @@ from zerokit.launch.plan import Plan, plan
 from zerokit.launch.preflight import preflight_failures, report, runs_preflight
 from zerokit.launch.program import check_commands
 from zerokit.launch.rank.environment import check_port_free, free_port, launch_environment, refuse_hidden_job
-from zerokit.launch.supervisor import stop_when_stdin_closes
+from zerokit.launch.restarts.head_node import Replan
+from zerokit.launch.watch import heartbeat
+from zerokit.launch.watch.supervisor import stop_when_stdin_closes
 
 PORT_FIX = "pass a free one with --master-port PORT (or MASTER_PORT), or set neither and launch picks one"
 

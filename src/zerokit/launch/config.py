@@ -16,12 +16,12 @@ from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.foundations.values import count, factor, none_or_more, seconds, seconds_or_zero, tcp_port
 from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckConfig
 from zerokit.launch.head import HEAD_LAUNCHERS
-from zerokit.launch.heartbeat import DEFAULT_NODE_TIMEOUT
 from zerokit.launch.hostfile import read_hostfile
 from zerokit.launch.nccl_plugin import NcclPlugin, nccl_plugin
 from zerokit.launch.program import user_script_argv
-from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
-from zerokit.launch.supervisor import DEFAULT_STOP_GRACE
+from zerokit.launch.watch.heartbeat import DEFAULT_NODE_TIMEOUT
+from zerokit.launch.watch.stall import DEFAULT_STALL_TIMEOUT
+from zerokit.launch.watch.supervisor import DEFAULT_STOP_GRACE
 
 # Head-node launchers: start every node from here (zerokit.launch.head).
 REMOTE_LAUNCHERS = tuple(HEAD_LAUNCHERS)
@@ -243,7 +243,9 @@ class LaunchConfig:
     preflight: bool
     stop_grace: float  # seconds between passing a stop signal on to the ranks and killing them
     stall_timeout: float = DEFAULT_STALL_TIMEOUT  # seconds without progress on any rank that end the job; 0: off
-    max_restarts: int = 0  # restarts after a machine fault (zerokit.launch.restart, zerokit.launch.head_restart)
+    max_restarts: int = (
+        0  # restarts after a machine fault (zerokit.launch.watch.exits, zerokit.launch.restarts.head_node)
+    )
     min_nodes: int = 1  # the fewest answering nodes a head-node launch restarts on
     node_timeout: float = DEFAULT_NODE_TIMEOUT  # seconds without a node's heartbeat that count it lost; 0: off
     stop_when_stdin_closes: bool = False  # a node of a head-node pdsh launch: stdin is the head's connection

@@ -1,7 +1,7 @@
 """Carry out a launch plan (zerokit.launch.plan): become the rank, run and supervise the local ranks, or
 start the remote launch; each rank's line in the job's log, the stall watch around the local ranks, and the
-job's restarts after a machine fault (`--max-restarts`: the one loop, zerokit.launch.restart_loop, given the
-strategies of one node, zerokit.launch.local_restart, or of the head node, zerokit.launch.head_restart)."""
+job's restarts after a machine fault (`--max-restarts`: the one loop, zerokit.launch.restarts.loop, given the
+strategies of one node, zerokit.launch.restarts.one_node, or of the head node, zerokit.launch.restarts.head_node)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from pathlib import Path
 
 from zerokit.launch.command import Command
 from zerokit.launch.config import LaunchConfig
-from zerokit.launch.head_restart import NodeExits, Replan, Survivors
 from zerokit.launch.job import Job
-from zerokit.launch.local_restart import RankExits, SameHosts
 from zerokit.launch.plan import Plan
-from zerokit.launch.probe import probe_for
 from zerokit.launch.rank.progress import TIMEOUT_VARIABLE
-from zerokit.launch.restart_loop import Attempt, Placement, Sight, restarting
-from zerokit.launch.stall import StallWatch, exec_env, timeout_words
+from zerokit.launch.restarts.head_node import NodeExits, Replan, Survivors
+from zerokit.launch.restarts.loop import Attempt, Placement, Sight, restarting
+from zerokit.launch.restarts.one_node import RankExits, SameHosts
+from zerokit.launch.restarts.probe import probe_for
+from zerokit.launch.watch.stall import StallWatch, exec_env, timeout_words
 
 
 def rank_line(plan: Plan, command: Command, hostname: str, stall_timeout: float = 0.0) -> str:
@@ -44,8 +44,8 @@ def execute(
     """Carry out a plan of job: become the rank (exec), run and supervise the local ranks (spawn), or run the remote
     launch; with `--max-restarts`, start it again after a machine fault.
 
-    config's `stop_grace`: seconds between a stop signal passed on to the ranks and SIGKILL (supervisor.py);
-    `stall_timeout`: seconds without progress on any rank that end the job, 0 for never (zerokit.launch.stall); in
+    config's `stop_grace`: seconds between a stop signal passed on to the ranks and SIGKILL (watch/supervisor.py);
+    `stall_timeout`: seconds without progress on any rank that end the job, 0 for never (zerokit.launch.watch.stall); in
     exec mode nothing supervises the rank, which watches itself (zerokit.launch.rank.progress); a stall's stacks go
     to the job's output folder, else launch's working folder. A head-node launch restarts on the hosts that answer,
     planned again by `replan`, its nodes counted lost by `lost` (heartbeats); the local ranks restart as they are

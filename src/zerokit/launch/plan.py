@@ -10,7 +10,7 @@ zerokit.launch.execute carries it out. Three modes:
           "process rank 1 ... exited on signal 6"); it signals the rank itself and may hand it
           descriptors (Slurm's PMI_FD), so nothing of launch stays in between.
 - spawn:  this process is one node: start its K local ranks (`--nproc-per-node K`, K = 1 too: alone, or
-          one node of a pdsh launch) and supervise them (zerokit.launch.supervisor): launch names a rank that
+          one node of a pdsh launch) and supervise them (zerokit.launch.watch.supervisor): launch names a rank that
           a signal killed, its node, and whether the run's outputs are complete, and exits with its status.
 - remote: this is the head node: start the job on every host (zerokit.launch.head: pdsh, mpirun, mpiexec; srun
           from a Slurm job's batch step, on the job's nodes).
@@ -30,12 +30,12 @@ from zerokit.image.runtimes import inside
 from zerokit.launch.command import Command
 from zerokit.launch.config import LaunchConfig
 from zerokit.launch.head import HEAD_LAUNCHERS, HeadJob, HeadLauncher
-from zerokit.launch.heartbeat import VARIABLE as HEARTBEAT_VARIABLE
 from zerokit.launch.nccl_plugin import forwarded, plugin_env
 from zerokit.launch.rank.environment import deepspeed_arch_env
 from zerokit.launch.rank.progress import TIMEOUT_VARIABLE
-from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
-from zerokit.launch.supervisor import DEFAULT_STOP_GRACE
+from zerokit.launch.watch.heartbeat import VARIABLE as HEARTBEAT_VARIABLE
+from zerokit.launch.watch.stall import DEFAULT_STALL_TIMEOUT
+from zerokit.launch.watch.supervisor import DEFAULT_STOP_GRACE
 
 # Variables the remote launches inherit from the head node (pdsh/ssh gives them a bare login
 # environment). Tokens are left out on purpose: they would show on the remote command line. TORCHINDUCTOR_ (not
@@ -137,7 +137,7 @@ def plan(
     """The plan for this process. Raises UserError for a setup that cannot work, naming the fix.
 
     `heartbeat`: where the head's watch listens for the heartbeats of the given hosts' launches (host:port,
-    zerokit.launch.heartbeat), asked for a head-node launch that restarts its nodes one by one; None: no watch."""
+    zerokit.launch.watch.heartbeat), asked for a head-node launch that restarts its nodes one by one; None: no watch."""
     where = _where(config, cluster, environ, free_port)
     route = config.ifname or (interface_to(where.main_address) if where.routed else None)
     check_restarts(config, where)
@@ -335,7 +335,7 @@ def allocation(config: LaunchConfig, environ: Mapping[str, str]) -> tuple[tuple[
 
 def head_commands(launcher: HeadLauncher, job: HeadJob, max_restarts: int) -> tuple[Command, ...]:
     """What starts the job from the head node: one command, or one per host where restarts need to see each
-    node's end (zerokit.launch.head_restart) and the launcher can start them one at a time (pdsh, srun). srun
+    node's end (zerokit.launch.restarts.head_node) and the launcher can start them one at a time (pdsh, srun). srun
     gets the variables for the nodes in its own environment, which its steps inherit."""
     env = dict(job.env) if launcher.in_allocation else {}
     if max_restarts and launcher.host_argv is not None:

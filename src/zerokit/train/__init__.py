@@ -1,8 +1,9 @@
 """`train`: causal-LM training with the Hugging Face Trainer and DeepSpeed ZeRO (the run_clm job).
 
 A library and its command, apart:
-- options.py: what a run is (TrainFlags), the defaults, the DeepSpeed config it is handed; hf_flags.py: HF's
-  flags checked before torch;
+- options.py: what a run is (TrainFlags), the defaults, the DeepSpeed config it is handed; ds_settings.py: that
+  config read once (DeepSpeedSettings, carried by the options: every module asks it, none reads the file);
+  hf_flags.py: HF's flags checked before torch;
 - model/: the tokenizer and model, LoRA, the fused loss, the speed and dropout switches; data/: the datasets
   cut into blocks;
 - parallel/: how the ranks divide (ParallelLayout: tp x pp x dp), checked once, and what --tp-size and

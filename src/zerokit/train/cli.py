@@ -58,7 +58,7 @@ def parse(
     namespace, hf_argv = parser.parse_known_args(argv)
     check_hf_flags(hf_argv, option_strings(parser))
     options = from_namespace(TrainFlags, namespace)
-    check_config(options.tp_size, options.config, options.ds_config)  # a missing or broken one fails now too
+    check_config(options.tp_size, options.config, options.ds_settings)  # a missing or broken one fails now too
     model_type = "gpt2" if options.embedded else options.model_type or ""  # --model's is read in the ranks
     check_model_type(options.tp_size, model_type, embedded=options.embedded)
     pipeline_parallel.check_options(options)

@@ -12,7 +12,8 @@ from pathlib import Path
 from zerokit.foundations import values
 from zerokit.foundations.errors import UserError
 from zerokit.foundations.flags import flag
-from zerokit.sources.ds_configs import CONFIGS_DIR, DEFAULT_CONFIG, resolve_ds_config, zero_stage
+from zerokit.sources.ds_configs import CONFIGS_DIR, DEFAULT_CONFIG, find_ds_config
+from zerokit.train.ds_settings import DeepSpeedSettings
 
 COMPILE_MODES = ("off", "torch", "deepcompile")
 CROSS_ENTROPY_KINDS = ("hf", "chunked", "liger")
@@ -242,9 +243,15 @@ class TrainFlags:
     )
 
     @cached_property
+    def ds_settings(self) -> DeepSpeedSettings | None:
+        """The DeepSpeed config, found and read once (None for --config none): what every part of the run asks."""
+        found = find_ds_config(self.config)
+        return None if found is None else DeepSpeedSettings.read(found)
+
+    @property
     def ds_config(self) -> Path | None:
-        """The DeepSpeed config file (checked), or None for --config none."""
-        return resolve_ds_config(self.config)
+        """The DeepSpeed config's file (the record's path: for messages and DeepSpeed's own check), or None."""
+        return self.ds_settings.path if self.ds_settings else None
 
     @property
     def embedded(self) -> bool:
@@ -252,7 +259,7 @@ class TrainFlags:
 
 
 def ds_config_argument(
-    path: Path,
+    settings: DeepSpeedSettings,
     *,
     deterministic_cpu: bool = False,
     load_universal: bool = False,
@@ -279,21 +286,20 @@ def ds_config_argument(
     whole at save (stage3_gather_16bit_weights_on_model_save, which DeepSpeed reads under TP at any ZeRO
     stage), so the output folder holds one model.safetensors, not one shard per rank.
     """
-    config = json.loads(path.read_text())
+    config = settings.as_dict()
     changed = False
-    optimizer = config.get("optimizer") or {}
-    offload = config.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
-    if deterministic_cpu and str(optimizer.get("type", "")).lower() in {"adam", "adamw"} and offload == "none":
+    adam = (settings.optimizer or "").lower() in {"adam", "adamw"}
+    if deterministic_cpu and adam and settings.offload_optimizer == "none":
+        optimizer = config["optimizer"]
         config["optimizer"] = {**optimizer, "params": {**optimizer.get("params", {}), "torch_adam": True}}
         changed = True
-    zero = config.get("zero_optimization", {})
     capped = {
         key: DETERMINISTIC_BUCKET
-        for key in ("reduce_bucket_size", "allgather_bucket_size")
-        if isinstance(zero.get(key), (int, float)) and zero[key] > DETERMINISTIC_BUCKET
+        for key, size in settings.bucket_sizes.items()
+        if isinstance(size, (int, float)) and size > DETERMINISTIC_BUCKET
     }
-    if deterministic_cpu and zero_stage(config) in (1, 2) and capped:
-        config["zero_optimization"] = {**zero, **capped}
+    if deterministic_cpu and settings.zero_stage in (1, 2) and capped:
+        config["zero_optimization"] = {**config["zero_optimization"], **capped}
         changed = True
     if tp_size > 1:
         config["tensor_parallel"] = {**config.get("tensor_parallel", {}), "autotp_size": tp_size}
@@ -306,4 +312,4 @@ def ds_config_argument(
     if load_universal:
         config["checkpoint"] = {**config.get("checkpoint", {}), "load_universal": True}
         changed = True
-    return base64.urlsafe_b64encode(json.dumps(config).encode()).decode() if changed else str(path)
+    return base64.urlsafe_b64encode(json.dumps(config).encode()).decode() if changed else str(settings.path)

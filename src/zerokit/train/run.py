@@ -85,7 +85,7 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     on_gpu = torch.cuda.is_available()
     args = training_arguments(options, training_flags, resharded, on_gpu, notes)
     mark("arguments")
-    join_process_group(args, deepspeed=options.ds_config is not None)
+    join_process_group(args, deepspeed=options.ds_settings is not None)
     mark("process_group")
     if recovery is not None and args.process_index == 0:  # every rank has read the recovery's end by now
         from zerokit.train.checkpoints.node_copies.recovery import forget_meetings
@@ -208,9 +208,9 @@ def training_arguments(
     if on_gpu and torch.cuda.is_bf16_supported() and not parser.parse_known_args(training_flags)[0].fp16:
         parser.set_defaults(bf16=True)  # where the user asks for fp16, bf16 beside it is HF's error
     forced = ["--output_dir", str(options.output_dir)]
-    if options.ds_config:
+    if options.ds_settings:
         config = ds_config_argument(
-            options.ds_config,
+            options.ds_settings,
             deterministic_cpu=options.deterministic and not on_gpu,
             load_universal=resharded is not None,
             tp_size=options.tp_size,

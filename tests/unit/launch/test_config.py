@@ -6,8 +6,8 @@ import pytest
 
 from zerokit.foundations.errors import UserError
 from zerokit.launch.config import parse
-from zerokit.launch.stall import DEFAULT_STALL_TIMEOUT
-from zerokit.launch.supervisor import DEFAULT_STOP_GRACE
+from zerokit.launch.watch.stall import DEFAULT_STALL_TIMEOUT
+from zerokit.launch.watch.supervisor import DEFAULT_STOP_GRACE
 
 
 def config(argv: list[str], environ: dict[str, str] | None = None):

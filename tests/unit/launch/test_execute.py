@@ -15,7 +15,7 @@ from zerokit.launch.config import parse
 from zerokit.launch.execute import execute
 from zerokit.launch.job import read_job
 from zerokit.launch.plan import plan
-from zerokit.launch.supervisor import describe_exit, execute_commands, exit_code
+from zerokit.launch.watch.supervisor import describe_exit, execute_commands, exit_code
 
 
 def test_every_rank_runs_with_its_variables(tmp_path):

@@ -26,7 +26,9 @@ from zerokit.foundations.errors import UserError
 from zerokit.foundations.restart_log import VARIABLE
 from zerokit.launch.command import Command
 from zerokit.launch.config import LaunchConfig, parse
-from zerokit.launch.head_restart import (
+from zerokit.launch.job import read_job, restarted
+from zerokit.launch.plan import Plan
+from zerokit.launch.restarts.head_node import (
     NodeExits,
     NodeFault,
     Replan,
@@ -36,10 +38,8 @@ from zerokit.launch.head_restart import (
     too_few_line,
     wait_for_port,
 )
-from zerokit.launch.job import read_job, restarted
-from zerokit.launch.plan import Plan
-from zerokit.launch.probe import probe_for
-from zerokit.launch.restart_loop import Attempt, Next, restarting
+from zerokit.launch.restarts.loop import Attempt, Next, restarting
+from zerokit.launch.restarts.probe import probe_for
 
 REFUSED = "ssh: connect to host node3 port 22: Connection refused"
 
@@ -303,7 +303,7 @@ def test_a_failure_where_every_node_answers_is_not_restarted(tmp_path, monkeypat
 NODE_LAUNCH = """
 import sys
 from zerokit.launch.command import Command
-from zerokit.launch.supervisor import execute_commands, stop_when_stdin_closes
+from zerokit.launch.watch.supervisor import execute_commands, stop_when_stdin_closes
 stop_when_stdin_closes()
 rank = ("sh", "-c", "echo started >&2; exec sleep 30")
 sys.exit(execute_commands([Command(rank, {"RANK": "1", "LOCAL_RANK": "0"})], 5))

@@ -8,9 +8,9 @@ import socket
 import time
 
 from zerokit.launch.command import Command
-from zerokit.launch.heartbeat import HeartbeatWatch, head_address, send_heartbeats
 from zerokit.launch.job import read_job
-from zerokit.launch.supervisor import supervise
+from zerokit.launch.watch.heartbeat import HeartbeatWatch, head_address, send_heartbeats
+from zerokit.launch.watch.supervisor import supervise
 
 
 def wait_for(condition, seconds: float = 10) -> None:

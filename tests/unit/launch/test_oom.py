@@ -1,14 +1,14 @@
-"""A rank the kernel's OOM killer ended is named as such (zerokit.launch.oom), not as a bare SIGKILL."""
+"""A rank the kernel's OOM killer ended is named as such (zerokit.launch.watch.oom), not as a bare SIGKILL."""
 
 from __future__ import annotations
 
 import sys
 
 from zerokit.cluster.node_memory import meminfo
-from zerokit.launch import supervisor
 from zerokit.launch.command import Command
-from zerokit.launch.oom import oom_cause
-from zerokit.launch.supervisor import execute_commands
+from zerokit.launch.watch import supervisor
+from zerokit.launch.watch.oom import oom_cause
+from zerokit.launch.watch.supervisor import execute_commands
 
 GiB = 2**30
 KERNEL_LOG = (

@@ -18,9 +18,9 @@ from zerokit.foundations.errors import UserError
 from zerokit.foundations.restart_log import VARIABLE, inherited_events
 from zerokit.launch.command import Command
 from zerokit.launch.job import read_job, restarted
-from zerokit.launch.local_restart import RankExits, SameHosts
-from zerokit.launch.restart import is_machine_fault, log_path
-from zerokit.launch.restart_loop import Attempt, restarting
+from zerokit.launch.restarts.loop import Attempt, log_path, restarting
+from zerokit.launch.restarts.one_node import RankExits, SameHosts
+from zerokit.launch.watch.exits import is_machine_fault
 from zerokit.train.callbacks.preemption import INTERRUPT_EXIT_CODE, REQUEUE_EXIT_CODE
 
 PY = "/venv/bin/python"

@@ -20,7 +20,7 @@ from tests.unit.launch.test_plan import PY, make_plan
 from zerokit.foundations.errors import UserError
 from zerokit.launch.command import Command
 from zerokit.launch.config import parse
-from zerokit.launch.probe import is_out, silent_in_job, slurm_verdicts
+from zerokit.launch.restarts.probe import is_out, silent_in_job, slurm_verdicts
 
 JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[1-3]", "PATH": "/venv/bin:/usr/bin", "HF_HOME": "/hf"}
 LAUNCH = (PY, "-m", "zerokit", "launch")

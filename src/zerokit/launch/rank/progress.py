@@ -16,7 +16,7 @@ process group starts) nothing is watched but the rendezvous (zerokit.launch.rank
 phase where no rank makes progress for the stall timeout is a stall: a rank-0-only save or
 evaluation longer than that needs heartbeat() in it, or a longer --stall-timeout.
 
-Two modes, chosen by the variables `launch` sets (zerokit.launch.stall):
+Two modes, chosen by the variables `launch` sets (zerokit.launch.watch.stall):
 - supervised (ZEROKIT_STALL_DIR, launch's spawn mode): the rank touches `rank-R.progress` there, and
   faulthandler writes all its threads' stacks to `rank-R.stacks` on DUMP_SIGNAL; launch decides.
 - alone (only ZEROKIT_STALL_TIMEOUT: launch exec'd into the rank under srun/mpirun, so nothing
@@ -31,7 +31,7 @@ Two modes, chosen by the variables `launch` sets (zerokit.launch.stall):
   waiting rank always has its line.
 
 DUMP_SIGNAL is a real-time signal, not SIGUSR2: launch passes SIGUSR1/SIGUSR2 on to the ranks as a
-scheduler's warning (zerokit.launch.supervisor), and scripts use them; a real-time signal is free.
+scheduler's warning (zerokit.launch.watch.supervisor), and scripts use them; a real-time signal is free.
 faulthandler writes from its C signal handler, so a main thread stuck in native code (a gloo or NCCL
 wait) still gives its Python stack.
 """

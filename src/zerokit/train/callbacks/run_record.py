@@ -57,6 +57,7 @@ from zerokit.outputs.checkpoints import PREFIX, SIZES_NAME, STAGING_PREFIX, chec
 from zerokit.train.callbacks.fault_cost import ProgressNote, read_progress, with_first_step, with_lost_steps
 from zerokit.train.checkpoints.resume_match import precision
 from zerokit.train.checkpoints.writer import SaveLog
+from zerokit.train.ds_settings import DeepSpeedSettings
 from zerokit.train.options import TrainFlags
 from zerokit.train.sizing.global_batch import GlobalBatch
 
@@ -94,32 +95,30 @@ def earlier_runs(last: dict) -> list[dict]:
     return [{name: last.get(name) for name in EARLIER_FIELDS}, *last.get("earlier_runs", [])]
 
 
-def given_config(deepspeed_arg: str | None) -> dict | None:
-    """The DeepSpeed config as handed to HF: a file's path, or zerokit's base64 JSON of a changed copy."""
-    if not deepspeed_arg:
-        return None
-    try:
-        if Path(deepspeed_arg).is_file():
-            return json.loads(Path(deepspeed_arg).read_text())
-    except OSError:  # zerokit's base64 JSON is often longer than a file name may be
-        pass
+def given_config(deepspeed_arg: str) -> dict | None:
+    """zerokit's base64 JSON of a changed copy of the config, as handed to HF (None: not that form). It is read, never
+    opened as a file name: it is often longer than a file name may be."""
     try:
         return json.loads(base64.urlsafe_b64decode(deepspeed_arg))
     except (binascii.Error, ValueError):
         return None
 
 
-def deepspeed_section(name: str | None, path: Path | None, deepspeed_arg: str | None) -> dict | None:
-    """Which config (name as given, file), what zerokit changed in it for this run; `resolved` comes later."""
-    if path is None:
+def deepspeed_section(name: str | None, settings: DeepSpeedSettings | None, deepspeed_arg: str | None) -> dict | None:
+    """Which config (name as given, file), what zerokit changed in it for this run; `resolved` comes later.
+    deepspeed_arg: the config as handed to HF, the file's path or a changed copy (options.ds_config_argument)."""
+    if settings is None:
         return None
-    file_config = json.loads(path.read_text())
-    given = given_config(deepspeed_arg) or file_config
+    file_config = settings.as_dict()
+    given = None
+    if deepspeed_arg and deepspeed_arg != str(settings.path):  # a changed copy, not the file itself
+        given = given_config(deepspeed_arg)
+    given = given or settings.as_dict()
     file_leaves = leaves(file_config)
     changes = {k: v for k, v in leaves(given).items() if file_leaves.get(k, object()) != v}
     return {
         "name": name,
-        "file": str(path),
+        "file": str(settings.path),
         "given": given,  # as handed to HF: the file with zerokit's changes, "auto" values in
         "zerokit_changes": changes,
         "resolved": None,  # as DeepSpeed got it (on_train_begin)
@@ -158,7 +157,7 @@ class RunRecorder(TrainerCallback):
         self.rank = rank
         self.environ = start_environment(environ)
         self.record: dict = {}
-        self._start = (options.config, options.ds_config, resume)
+        self._start = (options.config, options.ds_settings, resume)
         self.progress = ProgressNote(self.output_dir)
         self.stepped = False  # this run's first step has ended
         self.started = False  # the output folder's records are this run's
@@ -171,7 +170,7 @@ class RunRecorder(TrainerCallback):
 
     def on_init_end(self, args, state, control, **kwargs):
         if self.rank == 0:
-            config_name, config_file, resume = self._start
+            config_name, settings, resume = self._start
             last = read_record(self.output_dir) or {}  # the last run's, kept until this one has started
             before = last.get("restarts") or []  # the stopped run's
             restarts = with_lost_steps(
@@ -193,7 +192,7 @@ class RunRecorder(TrainerCallback):
                 "batch": self.batch(args),
                 "micro_batch": self.micro_batch,
                 "precision": precision(args),
-                "deepspeed": deepspeed_section(config_name, config_file, args.deepspeed),
+                "deepspeed": deepspeed_section(config_name, settings, args.deepspeed),
                 "resumed_from": resume_chain(resume),
                 "restarts": restarts,
                 "memory_recovery": self.memory_recovery,

@@ -19,7 +19,7 @@ import importlib.util
 from typing import Any
 
 from zerokit.foundations.errors import UserError
-from zerokit.sources.ds_configs import read_ds_config, zero_stage
+from zerokit.train.ds_settings import DeepSpeedSettings
 from zerokit.train.options import TrainFlags
 
 # Attention kernels and the package each needs (transformers' names; sdpa and eager need nothing more).
@@ -36,27 +36,27 @@ def check_speed_switches(options: TrainFlags) -> None:
     """Every speed switch the run can use, or one line naming the one it cannot and the way on (before torch)."""
     pipelined = options.pp_size is not None
     check_attention(options.attn_implementation)
-    config = read_ds_config(options.ds_config) if options.ds_config else {}
-    stage = zero_stage(config) if options.ds_config else 0
+    settings = options.ds_settings
+    stage = settings.zero_stage if settings else 0
     check_cross_entropy(options.cross_entropy, stage, options.tp_size, pipelined)
     if options.compile != "off" and pipelined:
         raise UserError(f"--compile {options.compile} does not apply to DeepSpeed's pipeline engine: leave it out")
-    if options.compile == "deepcompile" and options.ds_config is None:
+    if options.compile != "deepcompile":
+        return
+    if settings is None:
         raise UserError("--compile deepcompile is DeepSpeed's: give a DeepSpeed --config, or --compile torch")
-    if options.compile == "deepcompile" and stage == 0 and not parallel_passes(config):
+    if stage == 0 and not parallel_passes(settings):
         # DeepSpeed's ZeRO passes need ZeRO-1/2/3: at ZeRO-0 it falls back to torch.compile, saying nothing
         raise UserError(
-            f"--compile deepcompile is DeepSpeed's ZeRO-1/2/3 compiler passes, and {options.ds_config} is ZeRO-0: "
+            f"--compile deepcompile is DeepSpeed's ZeRO-1/2/3 compiler passes, and {settings.path} is ZeRO-0: "
             "use a ZeRO-1/2/3 config, or --compile torch"
         )
 
 
-def parallel_passes(config: dict) -> bool:
+def parallel_passes(settings: DeepSpeedSettings) -> bool:
     """Whether the config's compile section asks deepcompile for a pass that runs at any ZeRO stage (autotp, autosp:
     DeepSpeed 0.19.8's engine `get_deepspeed_compile_backend`)."""
-    compile_section = config.get("compile")
-    passes = compile_section.get("passes") if isinstance(compile_section, dict) else None
-    return isinstance(passes, list) and bool({"autotp", "autosp"} & set(passes))
+    return bool({"autotp", "autosp"} & set(settings.compile_passes))
 
 
 def check_cross_entropy(kind: str, zero_stage: int, tp_size: int, pipelined: bool) -> None:

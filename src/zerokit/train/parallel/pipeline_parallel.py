@@ -11,10 +11,7 @@ fix: the options (`check_options`, before torch); the rank counts are the run's 
 
 from __future__ import annotations
 
-import json
-
 from zerokit.foundations.errors import UserError
-from zerokit.sources.ds_configs import zero_stage
 
 # zerokit options the pipeline loop does not serve: flag -> whether it is given.
 UNSERVED = {
@@ -33,10 +30,9 @@ def check_options(options) -> None:
     for name, given in UNSERVED.items():
         if given(options):
             raise UserError(f"--pp-size {pp} with {name}: pipeline runs do not take {name} yet; drop one of them")
-    if options.ds_config is None:
+    if options.ds_settings is None:
         raise UserError(f"--pp-size {pp} needs DeepSpeed (its pipeline engine trains the stages): --config zero1")
-    config = json.loads(options.ds_config.read_text())
-    stage = zero_stage(config)
+    stage = options.ds_settings.zero_stage
     if stage != 1:
         raise UserError(
             f"--pp-size {pp} with ZeRO-{stage} (--config {options.config}): DeepSpeed's pipeline engine refuses "

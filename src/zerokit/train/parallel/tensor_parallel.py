@@ -11,11 +11,8 @@ built); the rank counts are the run's ParallelLayout's (zerokit.train.parallel.l
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from zerokit.foundations.errors import UserError
-from zerokit.sources.ds_configs import zero_stage
+from zerokit.train.ds_settings import DeepSpeedSettings
 
 # The model types DeepSpeed's AutoTP cannot split (AutoTP.supported, deepspeed/module_inject/auto_tp.py):
 # their layers are not nn.Linear (GPT-2's Conv1D) or their attention is fused in ways AutoTP does not parse.
@@ -31,20 +28,19 @@ class LayoutRefused(UserError):
     every_rank = True
 
 
-def check_config(tp_size: int, config_name: str, ds_config: Path | None) -> None:
+def check_config(tp_size: int, config_name: str, settings: DeepSpeedSettings | None) -> None:
     """--tp-size against the DeepSpeed config: AutoTP needs DeepSpeed, and ZeRO 0-2; the file must not set it apart."""
-    if ds_config is None:
+    if settings is None:
         if tp_size > 1:
             raise UserError(f"--tp-size {tp_size} needs DeepSpeed (its AutoTP splits the model): drop --config none")
         return
-    config = json.loads(ds_config.read_text())
-    in_file = (config.get("tensor_parallel") or {}).get("autotp_size", 1)
+    in_file = settings.autotp_size
     if in_file not in (1, tp_size):
         raise UserError(
-            f"DeepSpeed config {ds_config} sets tensor_parallel.autotp_size {in_file}, but --tp-size is {tp_size}: "
+            f"DeepSpeed config {settings.path} sets tensor_parallel.autotp_size {in_file}, but --tp-size is {tp_size}: "
             f"remove it from the file and pass --tp-size {in_file}, so the layout is checked before the ranks start"
         )
-    if tp_size > 1 and zero_stage(config) == 3:
+    if tp_size > 1 and settings.zero_stage == 3:
         raise UserError(
             f"--tp-size {tp_size} with ZeRO-3 (--config {config_name}): the Trainer builds a ZeRO-3 model "
             "through from_pretrained's partitioned path, which refuses tensor parallelism (NotImplementedError); "

@@ -8,7 +8,6 @@ minutes later with no word, or CUDA running out in the first step.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -47,23 +46,17 @@ def count_parameters(options: TrainFlags, config, zero3_hook=None) -> tuple[int,
 
 def setup(options: TrainFlags, args, counted: tuple[int, int, int], world: int, on_gpu: bool) -> Setup:
     """The numbers of this run: its DeepSpeed config (ZeRO stage, offload, precision) and its layout."""
-    ds = json.loads(options.ds_config.read_text()) if options.ds_config else {}
-    zero = ds.get("zero_optimization") or {}
-
-    def enabled(section: str, flag: bool) -> bool:
-        value = (ds.get(section) or {}).get("enabled", False)
-        return flag if value == "auto" else bool(value)
-
-    mixed = ds and (enabled("bf16", args.bf16) or enabled("fp16", args.fp16))  # without DeepSpeed, amp keeps fp32
+    ds = options.ds_settings
+    mixed = ds is not None and ds.sixteen_bit(args.bf16, args.fp16)  # without DeepSpeed, amp keeps fp32
     tp, pp = options.tp_size, options.pp_size or 1
     parameters, trainable, build_bytes = counted
     return Setup(
         parameters=parameters,
         trainable=trainable,
-        zero_stage=int(zero.get("stage", 0)),
+        zero_stage=ds.zero_stage if ds else 0,
         precision_bytes=2 if mixed else 4,
-        offload_optimizer=(zero.get("offload_optimizer") or {}).get("device", "none"),
-        offload_param=(zero.get("offload_param") or {}).get("device", "none"),
+        offload_optimizer=ds.offload_optimizer if ds else "none",
+        offload_param=ds.offload_param if ds else "none",
         tp=tp,
         pp=pp,
         dp=max(world // (tp * pp), 1),

@@ -29,10 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from zerokit.foundations.errors import UserError
-from zerokit.sources.ds_configs import read_ds_config, zero_stage
+from zerokit.train.ds_settings import AUTO
 from zerokit.train.options import MICRO_BATCH_AUTO, TrainFlags, given_fields
 
-DS_AUTO = "auto"  # a DeepSpeed config value the Trainer fills
 MAX_MICRO = 1024  # the largest micro-batch tried
 HEADROOM = 0.9  # a probe's peak (ballast included) must stay within this share of the GPU's memory
 
@@ -54,35 +53,31 @@ def check_options(options: TrainFlags, training_flags: Sequence[str]) -> None:
             "--micro-batch auto probes the whole model on each rank: leave out --tp-size/--pp-size, or give "
             "--per_device_train_batch_size N"
         )
-    config = read_ds_config(options.ds_config) if options.ds_config else {}
-    if zero_stage(config) == 3:
+    settings = options.ds_settings
+    if settings is None:
+        return
+    if settings.zero_stage == 3:
         raise UserError(
             f"--micro-batch auto probes the whole model on each rank, and --config {options.config} is ZeRO-3, "
             "which partitions it: use a ZeRO-1/2 config (zero1, zero2), or give --per_device_train_batch_size N"
         )
-    micro = config.get("train_micro_batch_size_per_gpu", DS_AUTO)
-    if micro != DS_AUTO:
+    micro = settings.train_micro_batch_size_per_gpu
+    if micro != AUTO:
         raise UserError(
-            f"--micro-batch auto chooses the micro-batch, and {options.ds_config} fixes train_micro_batch_size_per_gpu "
+            f"--micro-batch auto chooses the micro-batch, and {settings.path} fixes train_micro_batch_size_per_gpu "
             f'at {micro}: set it to "auto" there, or leave out --micro-batch auto'
         )
-    fixed = fixed_global_batch(config)
+    fixed = settings.fixed_global_batch
     if fixed is not None and "gradient_accumulation_steps" in given:
         raise UserError(
-            f"{options.ds_config} fixes train_batch_size at {fixed}, and --micro-batch auto sets the gradient "
+            f"{settings.path} fixes train_batch_size at {fixed}, and --micro-batch auto sets the gradient "
             "accumulation that keeps it: leave out --gradient_accumulation_steps"
         )
-    if fixed is not None and config.get("gradient_accumulation_steps", DS_AUTO) != DS_AUTO:
+    if fixed is not None and settings.gradient_accumulation_steps != AUTO:
         raise UserError(
-            f"{options.ds_config} fixes both train_batch_size and gradient_accumulation_steps, which leaves "
+            f"{settings.path} fixes both train_batch_size and gradient_accumulation_steps, which leaves "
             'no micro-batch to choose: set one of them to "auto", or leave out --micro-batch auto'
         )
-
-
-def fixed_global_batch(config: dict) -> int | None:
-    """A DeepSpeed config's train_batch_size where it is a number (None where "auto" or absent)."""
-    value = config.get("train_batch_size", DS_AUTO)
-    return None if value == DS_AUTO else int(value)
 
 
 def candidates(bound: int, cap: int, share: int | None) -> list[int]:

@@ -35,7 +35,6 @@ from zerokit.train.sizing.micro_batch import (
     Choice,
     accumulation_for,
     candidates,
-    fixed_global_batch,
     halving,
     share_of,
 )
@@ -212,11 +211,10 @@ def global_batch_fixed(options: TrainFlags, resume: Path | None) -> tuple[int | 
     saved = saved_batch(resume) if resume else None
     if saved is not None:
         return saved.size, f"checkpoint {resume}"
-    if options.ds_config is None:
+    settings = options.ds_settings
+    if settings is None:
         return None, ""
-    from zerokit.sources.ds_configs import read_ds_config
-
-    return fixed_global_batch(read_ds_config(options.ds_config)), str(options.ds_config)
+    return settings.fixed_global_batch, str(settings.path)
 
 
 def engine_dtype(args: Any, numbers: Setup) -> Any:
@@ -232,19 +230,15 @@ def engine_dtype(args: Any, numbers: Setup) -> Any:
 def bucket_bytes(options: TrainFlags, numbers: Setup, hidden: int, on_gpu: bool) -> int:
     """ZeRO-1/2's gradient reduction buckets (two with overlap_comm): whole on a GPU; on CPU ranks only the pages the
     gradients touch are resident."""
-    if options.ds_config is None or numbers.zero_stage not in (1, 2):
+    settings = options.ds_settings
+    if settings is None or numbers.zero_stage not in (1, 2) or not settings.contiguous_gradients:
         return 0
-    from zerokit.sources.ds_configs import read_ds_config
-
-    zero = read_ds_config(options.ds_config).get("zero_optimization") or {}
-    if not zero.get("contiguous_gradients", True):
-        return 0
-    size = zero.get("reduce_bucket_size", 500_000_000)
+    size = settings.bucket_sizes.get("reduce_bucket_size", 500_000_000)
     elements = hidden * hidden if size == "auto" else int(size)
     if not on_gpu:
         elements = min(elements, numbers.trainable)
     element_bytes = numbers.precision_bytes if numbers.zero_stage == 2 else 4  # ZeRO-1 stages in fp32
-    return elements * element_bytes * (2 if zero.get("overlap_comm", False) else 1)
+    return elements * element_bytes * (2 if settings.overlap_comm else 1)
 
 
 def probe(model: Any, size: int, activations: Activations, args: Any, ballast: int, total: int) -> bool:

@@ -1,5 +1,5 @@
 """The restart loop's strategies for the ranks of one node (`launch --nproc-per-node K --max-restarts N`,
-zerokit.launch.restart_loop): a fault is a rank ended by a machine fault, or the stall watch's stall, as the
+zerokit.launch.restarts.loop): a fault is a rank ended by a machine fault, or the stall watch's stall, as the
 Supervisor saw the ranks end; the job starts again on the same node, its commands as they were but for the job's
 words (train resumes) and the log's name."""
 
@@ -14,15 +14,15 @@ from zerokit.foundations import restart_log
 from zerokit.image.provenance import now
 from zerokit.launch.job import Job
 from zerokit.launch.rank.progress import STALL_EXIT_CODE
-from zerokit.launch.restart import is_machine_fault
-from zerokit.launch.restart_loop import Attempt, Next
-from zerokit.launch.stall import StallWatch
-from zerokit.launch.supervisor import Supervisor, exit_code
+from zerokit.launch.restarts.loop import Attempt, Next
+from zerokit.launch.watch.exits import is_machine_fault
+from zerokit.launch.watch.stall import StallWatch
+from zerokit.launch.watch.supervisor import Supervisor, exit_code
 
 
 @dataclass(frozen=True)
 class RankFault:
-    """A machine fault that ended the ranks (zerokit.launch.restart): who, the exit status, and how to say it."""
+    """A machine fault that ended the ranks (zerokit.launch.watch.exits): who, the exit status, and how to say it."""
 
     who: str  # "rank 1 (local 1)", or "the ranks" for a stall
     rank: str | None  # its global rank; None for a stall

@@ -4,14 +4,14 @@ one line -> the job planned again -> go again, while restarts remain. Written on
 node's ranks and a job of several nodes started from the head comes in as two small strategies:
 
 - a `Sight`, how a fault is seen: one node's rank ended by a machine fault or the stall watch
-  (zerokit.launch.local_restart), or at the head a node's launch that ended so, or whose heartbeats stopped, and
-  the hosts that no longer answer, over ssh or in Slurm's view (zerokit.launch.head_restart);
+  (zerokit.launch.restarts.one_node), or at the head a node's launch that ended so, or whose heartbeats stopped, and
+  the hosts that no longer answer, over ssh or in Slurm's view (zerokit.launch.restarts.head_node);
 - a `Placement`, which hosts come next and how the job starts again there: the same ones, the same commands
-  (local_restart), or those that answer, a spare in the place of each host left out, the job planned again on
-  them (head_restart).
+  (one_node), or those that answer, a spare in the place of each host left out, the job planned again on
+  them (head_node).
 
 The job is restarted from its record (zerokit.launch.job.restarted: train with `--resume auto`); what restarts and
-what never does: zerokit.launch.restart. A stop signal to launch, a run whose final model is written, and an end
+what never does: zerokit.launch.watch.exits. A stop signal to launch, a run whose final model is written, and an end
 that is no fault (a user error, a diverged loss) never restart.
 """
 
@@ -25,9 +25,10 @@ from typing import Protocol
 from zerokit.foundations import restart_log
 from zerokit.launch.command import Command
 from zerokit.launch.job import Job, has_final_model, outputs_state, restarted, resumes_from
-from zerokit.launch.restart import log_path
-from zerokit.launch.stall import StallWatch
-from zerokit.launch.supervisor import Supervisor, queued_signals, say, supervise
+from zerokit.launch.watch.stall import StallWatch
+from zerokit.launch.watch.supervisor import Supervisor, queued_signals, say, supervise
+
+LOG_NAME = "launch-restarts.json"
 
 
 @dataclass(frozen=True)
@@ -145,3 +146,13 @@ def write_log(path: Path, events: list[dict]) -> str:
     except OSError as err:
         return f"faults not logged to {path} ({err.strerror})"
     return f"faults logged in {path}"
+
+
+def log_path(output_dir: str | None, workdir: Path) -> Path:
+    """Where launch writes its log of faults and restarts: beside the command's output folder (`runs/x` ->
+    `runs/x.launch-restarts.json`; the folder itself is the command's, one writer at a time), else in launch's
+    working folder (where a job script's log is, as for a stall's stacks)."""
+    if output_dir is None:
+        return workdir / LOG_NAME
+    folder = (workdir / output_dir).resolve()
+    return folder.with_name(f"{folder.name}.{LOG_NAME}")

@@ -1,4 +1,4 @@
-"""Which hosts of a head-node launch still answer, once its job has failed (zerokit.launch.head_restart): every
+"""Which hosts of a head-node launch still answer, once its job has failed (zerokit.launch.restarts.head_node): every
 host probed at once, within PROBE_SECONDS; a host that does not answer -> why, in its probe's words.
 
 - Over ssh (pdsh, mpirun, mpiexec): `ssh HOST true` (the `ssh` pdsh runs; inside the image, the system's for this
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from zerokit.launch.head import HEAD_LAUNCHERS
-from zerokit.launch.supervisor import describe_exit
+from zerokit.launch.watch.supervisor import describe_exit
 
 PROBE_SECONDS = 10.0  # for every host to answer
 # In a node's state as scontrol writes it (IDLE+DRAIN, MIXED+NOT_RESPONDING; older: DOWN*, where * is

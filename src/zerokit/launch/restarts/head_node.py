@@ -1,7 +1,7 @@
 """`launch --max-restarts N` from the head node (`--launcher pdsh|mpirun|mpiexec --hostfile H`, or `--launcher srun`
 in a Slurm job's batch step): when a node's ranks die or a node stops answering, the job starts again on the hosts
 that answer, from the run's last whole checkpoint (train with `--resume auto`, as on one node), while at least
-`--min-nodes` of them do. The restart loop's two strategies for it (zerokit.launch.restart_loop): how a fault is
+`--min-nodes` of them do. The restart loop's two strategies for it (zerokit.launch.restarts.loop): how a fault is
 seen (NodeExits), and which hosts come next (Survivors).
 
 - A node's end, seen: under pdsh and srun, one command per host (zerokit.launch.plan.head_commands: a pdsh, a
@@ -12,20 +12,21 @@ seen (NodeExits), and which hosts come next (Survivors).
   stdin closes), and a stopped srun has Slurm end its step's tasks; a restart starts once nothing listens at its
   main address and port (the stopped job's store). An MPI launcher ends every rank itself when one dies
   (OpenMPI's mpirun: 137 for a rank SIGKILLed, 205 when it lost a node's daemon).
-- A node cut off, seen: each node's launch sends the head's a heartbeat every second (zerokit.launch.heartbeat);
+- A node cut off, seen: each node's launch sends the head's a heartbeat every second (zerokit.launch.watch.heartbeat);
   a node silent for --node-timeout has its command here ended, which then fails as a node's end does.
-- Which hosts answer: after a failed end, every host probed at once, within PROBE_SECONDS (zerokit.launch.probe:
-  `ssh HOST true`; in a Slurm job, Slurm's view of the node and a step of `true` on it). A host that does not
-  answer is left out, and the job starts again on the others, in the hostfile's (or the Slurm job's) order (the
-  first is the main address, unless --master-addr names one). With --nnodes N, the job runs on the first N hosts
-  and the rest are spares, probed too: one that answers takes the place of each host left out (next_hosts).
+- Which hosts answer: after a failed end, every host probed at once, within PROBE_SECONDS
+  (zerokit.launch.restarts.probe: `ssh HOST true`; in a Slurm job, Slurm's view of the node and a step of `true` on
+  it). A host that does not answer is left out, and the job starts again on the others, in the hostfile's (or the
+  Slurm job's) order (the first is the main address, unless --master-addr names one). With --nnodes N, the job runs
+  on the first N hosts and the rest are spares, probed too: one that answers takes the place of each host left out
+  (next_hosts).
 - What restarts: a node fault, that is a command ended by a machine fault or ssh's 255, or any failed end
   after which a host does not answer (mpirun's lost daemon; a node's peers that failed in their collectives
   before its own end was seen). A stop signal to launch (preemption, Ctrl-C), a run whose final model is
   written, and a failed end after which every host answers and no node's launch died of a machine fault (a
   user error, a diverged loss) never restart.
 - Each fault is logged with the nodes at fault, those left out and the hosts the restart runs on, in the log
-  of one node's restarts (zerokit.launch.restart.log_path), which a restarted train copies into zerokit-run.json.
+  of one node's restarts (zerokit.launch.restarts.loop.log_path), which a restarted train copies into zerokit-run.json.
 """
 
 from __future__ import annotations
@@ -41,15 +42,15 @@ from zerokit.image.provenance import now
 from zerokit.launch.config import LaunchConfig
 from zerokit.launch.job import Job
 from zerokit.launch.plan import Plan
-from zerokit.launch.probe import PROBE_SECONDS
-from zerokit.launch.restart import is_machine_fault
-from zerokit.launch.restart_loop import Attempt, Next
-from zerokit.launch.supervisor import Supervisor, exit_code
+from zerokit.launch.restarts.loop import Attempt, Next
+from zerokit.launch.restarts.probe import PROBE_SECONDS
+from zerokit.launch.watch.exits import is_machine_fault
+from zerokit.launch.watch.supervisor import Supervisor, exit_code
 
 SSH_LOST = 255  # ssh's status when it could not connect, or lost its connection
 # Makes the plan of the job on other hosts: plan.plan, with this launch's cluster, interfaces and ports.
 Replan = Callable[[LaunchConfig, Mapping[str, str]], Plan]
-# The hosts that do not answer -> why (zerokit.launch.probe: over ssh, or in Slurm's view).
+# The hosts that do not answer -> why (zerokit.launch.restarts.probe: over ssh, or in Slurm's view).
 Probe = Callable[[Sequence[str]], dict[str, str]]
 
 

@@ -8,7 +8,7 @@ default). So, with restarts, the head's launch listens on a port of its own (Hea
 every node's launch (VARIABLE, forwarded as the job's other variables); each node's launch connects, says its
 host's name and sends a byte every EVERY seconds (send_heartbeats). A host heard from once and then silent for
 --node-timeout seconds is counted lost: the supervisor ends its command at the head, and the restart probes it
-as any failed node (zerokit.launch.head_restart). A connection that closes is a node's launch that ended, seen
+as any failed node (zerokit.launch.restarts.head_node). A connection that closes is a node's launch that ended, seen
 by its command's end instead; a node never heard from is never counted lost (a head it cannot reach).
 """
 

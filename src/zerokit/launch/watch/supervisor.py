@@ -18,8 +18,8 @@
   a rank can abort at exit after the job has written everything (issue 32). A node's only rank is
   supervised as well (plan.py: spawn), so this holds for one rank per node too. A head-node mpirun or
   mpiexec that exits 128+N names its rank itself; launch's line then adds the outputs' state. A rank the
-  kernel's OOM killer ended is named as such, with its size when the kernel log tells (zerokit.launch.oom).
-- With a stall watch (`--stall-timeout`, zerokit.launch.stall): when no rank has made progress for
+  kernel's OOM killer ended is named as such, with its size when the kernel log tells (zerokit.launch.watch.oom).
+- With a stall watch (`--stall-timeout`, zerokit.launch.watch.stall): when no rank has made progress for
   its timeout, launch gets every rank's stacks, stops the ranks as for a failed rank, and ends with one
   line naming the stuck rank(s); the ranks' exits on the way are not failures of their own.
 - A node's launch that a head-node pdsh started stops its ranks as for SIGTERM when its stdin, the head's
@@ -30,9 +30,9 @@
   (a rank killed before it removed its own: zerokit.cluster.shm_segments).
 - Exit code: that of the first rank that failed on its own (128+N when signal N killed it), else 124
   after a stall, else 128+N when launch itself got stop signal N, else 0.
-- Of ranks seen ended at the same look, one killed by a machine fault (zerokit.launch.restart) is taken as the
+- Of ranks seen ended at the same look, one killed by a machine fault (zerokit.launch.watch.exits) is taken as the
   first to fail: its peers' collectives fail a moment after it died, and they must not hide the cause.
-  The restart loop reads how the ranks ended from the Supervisor (zerokit.launch.local_restart.RankExits).
+  The restart loop reads how the ranks ended from the Supervisor (zerokit.launch.restarts.one_node.RankExits).
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ from zerokit.cluster.shm_segments import remove_segments
 from zerokit.foundations.errors import REQUEUE_EXIT_CODE, UserError
 from zerokit.launch.command import Command
 from zerokit.launch.job import Job, outputs_state, read_job
-from zerokit.launch.oom import SIGKILL_EXITS, oom_cause
 from zerokit.launch.rank.progress import STALL_EXIT_CODE
-from zerokit.launch.restart import is_machine_fault
-from zerokit.launch.stall import StallWatch, Watched
+from zerokit.launch.watch.exits import is_machine_fault
+from zerokit.launch.watch.oom import SIGKILL_EXITS, oom_cause
+from zerokit.launch.watch.stall import StallWatch, Watched
 
 DEFAULT_STOP_GRACE = 15.0  # seconds; under Slurm's default KillWait (30 s)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
@@ -164,8 +164,8 @@ class Supervisor:
         received: list[int] | None = None,
         lost_nodes: Callable[[], Mapping[str, float]] | None = None,
     ) -> None:
-        """lost_nodes: the hosts counted lost -> seconds silent (a head's HeartbeatWatch, zerokit.launch.heartbeat);
-        their commands are ended, which then fail as any command killed does."""
+        """lost_nodes: the hosts counted lost -> seconds silent (a head's HeartbeatWatch,
+        zerokit.launch.watch.heartbeat); their commands are ended, which then fail as any command killed does."""
         self.ranks = ranks  # filled as they start, once the signal handlers are in place
         self.job = job  # what the commands run: its outputs are said when a signal killed one
         self.lost_nodes = lost_nodes
@@ -266,7 +266,7 @@ class Supervisor:
         return describe_exit(rank.process.returncode)
 
     def _oom_cause(self, rank: Rank) -> str | None:
-        """Whether the kernel's OOM killer ended rank (zerokit.launch.oom), read as soon as it ended."""
+        """Whether the kernel's OOM killer ended rank (zerokit.launch.watch.oom), read as soon as it ended."""
         if rank.process.returncode not in SIGKILL_EXITS:
             return None
         kills_after, log, limit = node_memory.oom_kills(), node_memory.kernel_kill_records(), node_memory.memory_limit()
@@ -305,7 +305,7 @@ class Supervisor:
 
 def death_line(rank: Rank, job: Job, cause: str | None = None) -> str | None:
     """The one line for a rank that a signal killed: rank, node, signal (or cause: the OOM killer's part, from
-    zerokit.launch.oom), and whether the run's outputs are complete.
+    zerokit.launch.watch.oom), and whether the run's outputs are complete.
 
     A head-node MPI launcher (mpirun, mpiexec) that exits 128+N, N a signal, names the rank and its node itself
     (`process rank 1 ... on node node2 exited on signal 6`): the line adds the outputs' state when the job has an
@@ -328,8 +328,8 @@ def execute_commands(
 ) -> int:
     """Run every command at once under a Supervisor; its exit code (see the module's docstring).
 
-    `stall`: the watch whose folder the commands' environment names (zerokit.launch.stall), if any. The job is read
-    from the first command."""
+    `stall`: the watch whose folder the commands' environment names (zerokit.launch.watch.stall), if any. The job is
+    read from the first command."""
     with queued_signals() as received:
         return supervise(commands, read_job(commands[0].argv, {}), stop_grace, stall, received)[0]
 
