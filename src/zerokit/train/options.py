@@ -215,6 +215,12 @@ class TrainFlags:
         "in zerokit-run.json; a DeepSpeed config's fixed train_batch_size is kept. A fixed micro-batch is HF's "
         "--per_device_train_batch_size N",
     )
+    verbose: bool = flag(
+        "--verbose",
+        default=False,
+        action="store_true",
+        help="keep the libraries' start-up lines that mislead (DeepSpeed's 'op built successfully' for a prebuilt op)",
+    )
     timings_dir: Path | None = flag(
         "--timings-dir", type=Path, metavar="DIR", help="each rank writes step times and peak memory here (bench)"
     )

@@ -85,7 +85,7 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     on_gpu = torch.cuda.is_available()
     args = training_arguments(options, training_flags, resharded, on_gpu, notes)
     mark("arguments")
-    join_process_group(args, deepspeed=options.ds_settings is not None)
+    join_process_group(args, deepspeed=options.ds_settings is not None, verbose=options.verbose)
     mark("process_group")
     if recovery is not None and args.process_index == 0:  # every rank has read the recovery's end by now
         from zerokit.train.checkpoints.node_copies.recovery import forget_meetings
@@ -346,15 +346,20 @@ def disk_need(numbers: Setup, saves_checkpoints: bool) -> int:
     return weights + (weights + 8 * numbers.trainable if saves_checkpoints else 0)
 
 
-def join_process_group(args, deepspeed: bool) -> None:
+def join_process_group(args, deepspeed: bool, verbose: bool) -> None:
     """Join the process group before the model is built.
 
     ZeRO-3 partitions the model while it is built (zero.Init) and needs the real world size
     then. TrainingArguments sets up devices lazily, and on CPU accelerate starts torch.distributed
-    but not deepspeed.comm, which zero.Init asks; so both are started here.
+    but not deepspeed.comm, which zero.Init asks; so both are started here. DeepSpeed's line for its
+    prebuilt shared-memory op is said only with --verbose (zerokit.launch.rank.quiet_ops).
     """
     import torch.distributed as dist
 
+    if deepspeed:
+        from zerokit.launch.rank.quiet_ops import quiet_op_loads
+
+        quiet_op_loads(verbose)
     _ = args.device  # accelerate's device and process-group setup
     if deepspeed and dist.is_initialized():
         import deepspeed as ds

@@ -212,8 +212,11 @@ class RunRecorder(TrainerCallback):
         """DeepSpeed has started: the config it got is HF's, every "auto" filled in."""
         hf_config = getattr(args, "hf_deepspeed_config", None)
         if self.rank == 0 and self.record.get("deepspeed") and hf_config is not None:
+            from zerokit.launch.rank.quiet_ops import loaded_ops
+
             resolved = jsonable(json.loads(json.dumps(hf_config.config, default=str)))
-            self.record["deepspeed"].update(resolved=resolved, still_auto=auto_leaves(resolved))
+            still_auto = auto_leaves(resolved)
+            self.record["deepspeed"].update(resolved=resolved, still_auto=still_auto, ops_loaded=loaded_ops())
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
