@@ -112,7 +112,8 @@ class TrainFlags:
     )
     tokenizer: str | None = flag("--tokenizer", help="tokenizer Hub id or folder (default: the model's)")
     dataset: str | None = flag(
-        "--dataset", help="a .txt/.jsonl/.csv file, a folder of .txt files, a save_to_disk folder or a Hub name"
+        "--dataset",
+        help="a .txt/.jsonl/.csv file, a folder of such files (one kind), a save_to_disk folder or a Hub name",
     )
     text_column: str = flag("--text-column", default="text", help="column holding the text in jsonl/csv/Arrow data")
     validation_split_percentage: int = flag(
