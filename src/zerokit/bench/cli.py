@@ -108,6 +108,12 @@ class BenchFlags:
     skip: list[str] = flag(
         "--skip", action="append", choices=SKIPPABLE, default=[], help="leave out a comparison (repeatable)"
     )
+    run_timeout: float | None = flag(
+        "--run-timeout",
+        check=values.seconds_or_zero,
+        help="seconds a run may take before it counts as hung and is stopped, its stacks in its log (default: 600 "
+        "to start plus 30 a step; 0: no limit). A run whose ranks have all written their timings gets 120 s to end",
+    )
     model: str | None = flag("--model", help="model to train (default: the embedded tiny GPT-2)")
     dataset: str | None = flag("--dataset", help="text file to train on (default: the embedded corpus)")
     block_size: int | None = flag(
@@ -201,6 +207,7 @@ def parse(argv: list[str]) -> BenchConfig:
         dataset=str(Path(args.dataset).resolve()) if args.dataset else None,
         block_size=args.block_size,
         train_args=tuple(train_args),
+        run_timeout=args.run_timeout,
         on_gpu=on_gpu,
         peak_tflops=args.peak_tflops,
         precision=precision,
@@ -371,7 +378,7 @@ def main(argv: list[str]) -> int:
     with tqdm(runs, unit="run", desc="bench", file=sys.stderr) as bar:
         for run in bar:
             bar.set_postfix_str(run.name)
-            results.append(execute(run, cfg.warmup_steps, cfg.hosts))
+            results.append(execute(run, cfg.warmup_steps, cfg.hosts, cfg.run_timeout))
             write_all(cfg, results, prepare_seconds)  # after every run: a machine taken back midway leaves a report
     ownership.finish(cfg.output, record)
     for name in ("report.md", "scaling.png", "results.json"):

@@ -57,6 +57,7 @@ class BenchConfig:
     precision: str = "fp32"  # of the matmuls (bench.flops.precision_of the train args): which peak MFU uses
     raw_script: Path | None = None  # the raw DeepSpeed loop (zerokit.bench.raw_deepspeed_loop)
     preset: str | None = None  # bench --preset: its model and corpus are made in output
+    run_timeout: float | None = None  # seconds a run may take (None: from its steps, runner.time_limit; 0: no limit)
 
 
 @dataclass(frozen=True)

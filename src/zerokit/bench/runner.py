@@ -61,8 +61,9 @@ def time_limit(run: Run) -> int:
     return STARTUP_ALLOWANCE_S + STEP_ALLOWANCE_S * run.steps
 
 
-def execute(run: Run, warmup_steps: int, hosts: tuple[str, ...]) -> RunResult:
-    """Start the run's command, wait for it, read its timings; a failed or hung run stops the bench in one line."""
+def execute(run: Run, warmup_steps: int, hosts: tuple[str, ...], limit_s: float | None = None) -> RunResult:
+    """Start the run's command, wait for it, read its timings; a failed or hung run stops the bench in one line.
+    limit_s: bench --run-timeout (None: time_limit; 0: none)."""
     run.folder.mkdir(parents=True)
     if run.nodes > 1:
         (run.folder / "hostfile").write_text("".join(f"{host}\n" for host in hosts[: run.nodes]))
@@ -70,7 +71,7 @@ def execute(run: Run, warmup_steps: int, hosts: tuple[str, ...]) -> RunResult:
     (run.folder / "command.txt").write_text(" ".join(run.argv) + "\n")
     started = time.time()
     with log.open("w") as out:
-        code = wait_bounded(run, out)
+        code = wait_bounded(run, out, time_limit(run) if limit_s is None else limit_s)
     wall = time.time() - started
     if code != 0:
         raise UserError(f"bench run {run.name} failed (exit code {code}): see {log}")
@@ -80,31 +81,31 @@ def execute(run: Run, warmup_steps: int, hosts: tuple[str, ...]) -> RunResult:
     return result
 
 
-def wait_bounded(run: Run, out: IO[str]) -> int:
-    """Run the command to its end, or stop its whole tree of processes once it has hung: past time_limit, or
-    EXIT_ALLOWANCE_S after every rank wrote its timings. A hung run's stacks go to its log (one line says so)."""
+def wait_bounded(run: Run, out: IO[str], limit: float) -> int:
+    """Run the command to its end, or stop its whole tree of processes once it has hung: past `limit` seconds
+    (0: never), or EXIT_ALLOWANCE_S after every rank wrote its timings. A hung run's stacks go to its log (one
+    line says so)."""
     env = {**os.environ, **run.env, **STACKS_ENV}
     process = subprocess.Popen(run.argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        return watch(run, process, out)
+        return watch(run, process, out, limit)
     except BaseException:  # Ctrl-C or SIGTERM: the run is in a session of its own, out of the terminal's reach
         stop_tree(process.pid)
         process.wait()
         raise
 
 
-def watch(run: Run, process: subprocess.Popen, out: IO[str]) -> int:
+def watch(run: Run, process: subprocess.Popen, out: IO[str], limit: float) -> int:
     """wait_bounded's loop: the run's exit code once it ends; UserError once it counts as hung."""
-    limit = time_limit(run)
-    deadline, worked = time.monotonic() + limit, None
+    deadline, worked = time.monotonic() + (limit or math.inf), None
     while process.poll() is None:
         if worked is None and len(list(run.timings.glob("rank-*.json"))) == run.world_size:
             worked = time.monotonic()
         if worked is not None and time.monotonic() > worked + EXIT_ALLOWANCE_S:
             hang = f"its ranks had trained and written their timings, and {EXIT_ALLOWANCE_S} s later it had not ended"
         elif time.monotonic() > deadline:
-            hang = (f"it had not ended after {limit} s ({STARTUP_ALLOWANCE_S} s to start, {STEP_ALLOWANCE_S} s for "
-                    f"each of its {run.steps} steps)")  # fmt: skip
+            default = f"default {STARTUP_ALLOWANCE_S} s to start, {STEP_ALLOWANCE_S} s for each of {run.steps} steps"
+            hang = f"it had not ended after {limit:g} s (bench --run-timeout; {default})"
         else:
             time.sleep(1)
             continue

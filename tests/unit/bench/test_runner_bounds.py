@@ -54,7 +54,11 @@ def test_a_run_past_its_time_limit_is_stopped(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "STEP_ALLOWANCE_S", 0)
     marker = unique_marker()
     run = a_run(tmp_path, f"import time; time.sleep(555.{marker})", marker)
-    with pytest.raises(UserError, match=r"bench run plain-2 hung: it had not ended after 1 s \(1 s to start, 0 s for "
-                       r"each of its 3 steps\); stopped"):  # fmt: skip
+    with pytest.raises(UserError, match=r"bench run plain-2 hung: it had not ended after 1 s \(bench --run-timeout; "
+                       r"default 1 s to start, 0 s for each of 3 steps\); stopped"):  # fmt: skip
         runner.execute(run, warmup_steps=0, hosts=())
+    assert strays(marker) == []
+    run = a_run(tmp_path / "given", f"import time; time.sleep(555.{marker})", marker)
+    with pytest.raises(UserError, match=r"hung: it had not ended after 0.5 s \(bench --run-timeout"):
+        runner.execute(run, warmup_steps=0, hosts=(), limit_s=0.5)
     assert strays(marker) == []
