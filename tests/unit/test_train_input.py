@@ -152,3 +152,13 @@ def test_a_folder_of_jsonl_shards_is_one_dataset_and_a_folder_of_mixed_kinds_is_
     (shards / "notes.txt").write_text("mine")
     with pytest.raises(UserError, match=r"holds files of several kinds \(2 json, 1 text\): give a folder of one kind"):
         resolve_source(str(shards))
+
+
+def test_an_empty_output_dir_is_refused_not_read_as_the_working_folder():
+    """`--output-dir "$OUT"` with OUT unset was `.`, refused as a folder that is not empty: the wrong line."""
+    from zerokit.foundations.errors import UserError
+    from zerokit.train.cli import parse
+
+    with pytest.raises(UserError, match=r"^--output-dir \(ZEROKIT_OUTPUT_DIR\) is empty: give a folder"):
+        parse(["--output-dir", ""])
+    assert parse(["--output-dir", "runs/x"])[0].output_dir == Path("runs/x")

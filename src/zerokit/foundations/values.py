@@ -12,6 +12,7 @@ import argparse
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 
@@ -49,6 +50,13 @@ def at_least(low: int) -> Callable[[str, str], int]:
 count = at_least(1)  # ranks, processes, layers
 tokens_per_block = at_least(2)  # a block of 1 token has no next token to learn
 none_or_more = at_least(0)  # restarts
+
+
+def folder_path(name: str, value: str) -> Path:
+    """A folder's path; an empty value (`--output-dir ""`, an unset shell variable) is refused, not read as `.`."""
+    if not value.strip():
+        raise UserError(f"{name} is empty: give a folder (a shell variable in it may be unset)")
+    return Path(value)
 
 
 def percent_below_100(name: str, value: str) -> int:

@@ -92,7 +92,11 @@ class TrainFlags:
         f"({', '.join(sorted(p.stem for p in CONFIGS_DIR.glob('*.json')))}); 'none' trains without DeepSpeed",
     )
     output_dir: Path = flag(
-        "--output-dir", "--output_dir", default=Path("runs/train"), type=Path, help="where the model and results go"
+        "--output-dir",
+        "--output_dir",
+        default=Path("runs/train"),
+        check=values.folder_path,
+        help="where the model and results go",
     )
     overwrite: bool = flag(
         "--overwrite",
