@@ -16,7 +16,7 @@ from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.foundations.values import count, factor, none_or_more, seconds, seconds_or_zero, tcp_port
 from zerokit.healthcheck.command import DEFAULT_SLOW_FACTOR, DEFAULT_TIMEOUT, CheckConfig
 from zerokit.launch.head import HEAD_LAUNCHERS
-from zerokit.launch.hostfile import read_hostfile
+from zerokit.launch.hostfile import hosts_and_ranks
 from zerokit.launch.nccl_plugin import NcclPlugin, nccl_plugin
 from zerokit.launch.program import user_script_argv
 from zerokit.launch.watch.heartbeat import DEFAULT_NODE_TIMEOUT
@@ -300,7 +300,6 @@ def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
             f"--hostfile {flags.hostfile} lists the hosts of a head-node launch, which --launcher {flags.launcher} "
             "is not: add --launcher pdsh|mpirun (or srun, in a Slurm job), or drop --hostfile (and ZEROKIT_HOSTFILE)"
         )
-    hostfile = read_hostfile(flags.hostfile) if flags.hostfile else None
     if flags.print_command and flags.launcher not in REMOTE_LAUNCHERS:
         raise UserError("--print-command prints a head-node command: add --launcher mpirun (or pdsh) --hostfile FILE")
     if flags.nnodes is not None and flags.launcher not in REMOTE_LAUNCHERS:
@@ -316,11 +315,12 @@ def validate(flags: LaunchFlags, python: str) -> LaunchConfig:
     options = CheckConfig(
         timeout=flags.check_timeout, slow_factor=flags.check_slow_factor, as_json=flags.json, target=target
     )
+    hosts, nproc_per_node = hosts_and_ranks(flags.hostfile, flags.nproc_per_node)
     return LaunchConfig(
         target=target,
-        nproc_per_node=hostfile.ranks_per_node(flags.nproc_per_node) if hostfile else flags.nproc_per_node,
+        nproc_per_node=nproc_per_node,
         launcher=flags.launcher,
-        hosts_from_file=hostfile.hosts if hostfile else (),
+        hosts_from_file=hosts,
         nnodes=flags.nnodes,
         hosts=tuple(h for h in (flags.hosts or "").split(",") if h),
         node_host=flags.node_host,

@@ -54,6 +54,15 @@ class Hostfile:
         return declared.pop()
 
 
+def hosts_and_ranks(path: str | None, nproc_per_node: int | None) -> tuple[tuple[str, ...], int | None]:
+    """launch's hosts from --hostfile (none without one) and the ranks a node starts: --nproc-per-node, else
+    the slots the hostfile declares (None: neither says)."""
+    if path is None:
+        return (), nproc_per_node
+    hostfile = read_hostfile(path)
+    return hostfile.hosts, hostfile.ranks_per_node(nproc_per_node)
+
+
 def read_hostfile(path: str) -> Hostfile:
     """The hostfile at `path`, parsed (see the module's docstring); one line of UserError on anything else."""
     try:
