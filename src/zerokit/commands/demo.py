@@ -10,9 +10,13 @@ import argparse
 import json
 import math
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 from zerokit.foundations.flags import command_parser, flag, from_namespace
 from zerokit.sources.corpus import SAMPLE_PROMPTS
@@ -61,11 +65,29 @@ def first_eval_perplexity(output: Path) -> float:
     return math.exp(next(entry["eval_loss"] for entry in history if "eval_loss" in entry))
 
 
+def run_train(argv: list[str]) -> int:
+    """`zerokit train ARGV` as a child process, its exit code: train with --nproc-per-node becomes launch (an
+    exec), so it cannot run inside this process, which still has samples to write. The terminal's Ctrl-C reaches
+    the child too (one foreground group), which answers it; a SIGTERM or SIGHUP sent to this process alone is
+    passed on to it, so that launch stops its ranks rather than being left behind."""
+    child = subprocess.Popen([sys.executable, "-m", "zerokit", "train", *argv])
+
+    def pass_on(signum: int, frame: FrameType | None) -> None:
+        child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 - code if code < 0 else code  # a signal's end as a shell says it (Popen's -N)
+
+
 def main(argv: list[str]) -> int:
     args = from_namespace(DemoFlags, build_parser().parse_args(argv))
-    from zerokit.train.cli import main as train_main
-
-    code = train_main(train_argv(args))
+    code = run_train(train_argv(args))
     if code != 0:
         return code
     from zerokit.generate import generate
