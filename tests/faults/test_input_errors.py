@@ -218,7 +218,7 @@ def test_prepare_overwrite_never_deletes_a_folder_it_did_not_write(tmp_path: Pat
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("just a few words\n", "1 rows, too few to hold out 5% for validation"),
+        ("just a few words\n", "1 row, too few to hold out 5% for validation"),
         ("a\n" * 30, "fewer tokens than one block"),
     ],
 )
