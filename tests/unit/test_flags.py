@@ -103,6 +103,7 @@ SAMPLES = {
     values.percent_below_100: ("10", 10),
     values.seconds: ("12.5", 12.5),
     values.seconds_or_zero: ("12.5", 12.5),
+    values.folder_path: ("some/where", Path("some/where")),
     values.factor: ("3", 3.0),
     values.probability: ("0.25", 0.25),
     values.temperature: ("0.7", 0.7),
