@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from types import FrameType
 
@@ -24,15 +25,30 @@ class Terminated(KeyboardInterrupt):
 
 
 _quiet_workers = False  # read in each forked child: inside parent_answers_stops
+_STOPS = {signal.SIGINT, signal.SIGTERM}
+_forking = threading.local()  # the forking thread's signal mask, while it forks a quiet worker
 
 
-def _in_forked_child() -> None:
-    if _quiet_workers:
+def _before_fork() -> None:
+    """A worker forked inside parent_answers_stops starts with the stops blocked: one that reaches it before its
+    handlers are set waits for them (a pool replacing a worker as it is terminated sent SIGTERM into the
+    child's Python handler, inherited from this process, which raised it inside the fork's callback)."""
+    _forking.mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS) if _quiet_workers else None
+
+
+def _after_fork_in_parent() -> None:
+    if _forking.mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _forking.mask)
+
+
+def _after_fork_in_child() -> None:
+    if _forking.mask is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent answers Ctrl-C for the whole command
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's terminate(), or a scheduler's: no traceback
+        signal.pthread_sigmask(signal.SIG_SETMASK, _forking.mask)
 
 
-os.register_at_fork(after_in_child=_in_forked_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 _stopped_by: int | None = None  # the stop signal that reached this process inside parent_answers_stops
