@@ -306,3 +306,40 @@ def test_a_validation_split_without_a_whole_block_is_refused_before_the_work(tmp
         "text), or a smaller --block-size"
     )
     assert not output.exists()
+
+
+def test_weights_of_another_architecture_or_size_than_the_config_are_refused(tmp_path: Path, zk_env):
+    """transformers fills what the weights lack with fresh values (a table among its warnings) and trains noise,
+    or fails with a traceback on a tensor of another shape: a config.json that is not the weights' own."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig
+
+    from zerokit.sources.embedded import prepare_embedded
+
+    files, tokenizer = prepare_embedded(tmp_path / "embedded")
+    gpt2 = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=512, n_positions=64)
+    configs = {
+        "llama": LlamaConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=512
+        ),
+        "wider": GPT2Config(n_layer=1, n_embd=64, n_head=2, vocab_size=512, n_positions=64),
+    }
+    for name, config in configs.items():
+        GPT2LMHeadModel(gpt2).save_pretrained(tmp_path / name)
+        config.save_pretrained(tmp_path / name)
+        for file in tokenizer.iterdir():
+            (tmp_path / name / file.name).write_bytes(file.read_bytes())
+    argv = train(tmp_path / "out", "--model", str(tmp_path / "llama"), "--dataset", str(files["train"]))
+    result = run_zerokit([*argv, "--config", "none", "--max_steps", "1"], zk_env)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2 and errors == [
+        f"error: --model {tmp_path / 'llama'}: its weights are not those of a LlamaForCausalLM, which its config.json "
+        "names: 12 of its 12 tensors are missing from them, which hold other names (transformer.h.0.attn.c_attn.bias, "
+        "...): give the config.json the weights were saved with"
+    ], result.stderr[-3000:]
+    assert "LOAD REPORT" not in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+    result = run_zerokit(["generate", str(tmp_path / "wider"), "--prompt", "the"], zk_env)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2 and len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert errors[0].startswith(f"error: {tmp_path / 'wider'}: its weights have other shapes than its config.json")

@@ -17,7 +17,7 @@ from zerokit.cluster.shm_segments import release_own_segment
 from zerokit.foundations.errors import UserError
 from zerokit.generate.options import GenerateFlags
 from zerokit.outputs.checkpoints import complete_checkpoints, damage
-from zerokit.sources.model_source import is_path
+from zerokit.sources.model_source import from_pretrained_checked, is_path
 
 ADAPTER_CONFIG = "adapter_config.json"
 # A folder with one of these holds a model's weights (or an adapter's) that from_pretrained reads.
@@ -121,7 +121,9 @@ def load_model(model_dir: str, base: str | None, placement: Placement, tp_group=
         model = consolidated_model(Path(model_dir))
         model = model.to(placement.torch_dtype()) if placement.dtype not in (None, "auto") else model
     else:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, **kwargs)
+        model = from_pretrained_checked(
+            model_dir, lambda: AutoModelForCausalLM.from_pretrained(model_dir, output_loading_info=True, **kwargs)
+        )
     if placement.tp_size > 1:
         return tensor_parallel(model, placement, tp_group)
     return (model if placement.device_map else model.to(rank_device())).eval()

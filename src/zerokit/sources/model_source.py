@@ -8,7 +8,11 @@ holding what the loader needs; one line otherwise.
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from zerokit.foundations.errors import UserError
 from zerokit.sources.hub_cache import TOKENIZER_FILES
@@ -50,6 +54,55 @@ def require_weights(flag: str, name: str) -> None:
     raise UserError(
         f"{flag} {name}: the folder holds a config but no weights ({', '.join(WEIGHT_FILES[:2])}, ...): give the "
         "folder save_pretrained wrote, or add --from-scratch to train that config from fresh weights"
+    )
+
+
+def from_pretrained_checked(label: str, load: Callable[[], tuple[Any, dict]]) -> Any:
+    """The model `load()` returns, from_pretrained(..., output_loading_info=True), checked against the weights it
+    read (`label` names the folder, as "--model DIR"); transformers' own load report is left out, as this says it.
+
+    transformers fills in every tensor missing from the weights with fresh values and goes on (a table among its
+    warnings), and fails with a traceback on a tensor of another shape: weights of another architecture or size
+    than the config's. Most of the tensors missing, or one of another shape, is refused in one line; some (a new
+    head) are named in one line on rank 0's stderr.
+    """
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model, info = load()
+    except RuntimeError as error:
+        if "ignore_mismatched_sizes" not in str(error):
+            raise
+        raise UserError(
+            f"{label}: its weights have other shapes than its config.json gives (a hidden size, a vocabulary, a "
+            "number of heads): give the config.json the weights were saved with"
+        ) from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    said = check_loaded_weights(label, info, type(model).__name__, len(model.state_dict()))
+    if said and os.environ.get("RANK", "0") == "0":
+        print(said, file=sys.stderr, flush=True)
+    return model
+
+
+def check_loaded_weights(label: str, info: dict, architecture: str, tensors: int) -> str | None:
+    """The line to say of what from_pretrained found missing (None: nothing); most of a model missing is refused."""
+    missing = sorted(info.get("missing_keys") or ())
+    if not missing:
+        return None
+    if 2 * len(missing) > tensors:
+        unexpected = sorted(info.get("unexpected_keys") or ())
+        other = f", which hold other names ({unexpected[0]}, ...)" if unexpected else ""
+        raise UserError(
+            f"{label}: its weights are not those of a {architecture}, which its config.json names: {len(missing)} of "
+            f"its {tensors} tensors are missing from them{other}: give the config.json the weights were saved with"
+        )
+    more = ", ..." if len(missing) > 3 else ""
+    return (
+        f"zerokit: {label}: {len(missing)} of the {tensors} tensors of its {architecture} are not in its weights and "
+        f"start from fresh values ({', '.join(missing[:3])}{more})"
     )
 
 

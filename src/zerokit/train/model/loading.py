@@ -7,6 +7,7 @@ from pathlib import Path
 
 from zerokit.foundations.errors import UserError
 from zerokit.sources.data import check_tokenizer
+from zerokit.sources.model_source import from_pretrained_checked
 from zerokit.train.options import TrainFlags
 
 
@@ -71,7 +72,12 @@ def load_model(options: TrainFlags, config):
     kwargs = model_kwargs(options)
     try:
         if options.model and not options.from_scratch:
-            model = AutoModelForCausalLM.from_pretrained(options.model, config=config, **kwargs)
+            model = from_pretrained_checked(
+                f"--model {options.model}",
+                lambda: AutoModelForCausalLM.from_pretrained(
+                    options.model, config=config, output_loading_info=True, **kwargs
+                ),
+            )
         else:
             model = AutoModelForCausalLM.from_config(config, **kwargs)
     except ValueError as error:
