@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_zerokit
+from zerokit.foundations.errors import UserError
 from zerokit.sources.ds_configs import bundled, resolve_ds_config
 from zerokit.train.ds_settings import DeepSpeedSettings
 from zerokit.train.options import ds_config_argument
@@ -109,7 +110,6 @@ def test_tensor_parallel_sets_autotp_and_a_whole_model_at_save():
 
 @pytest.mark.parametrize("chunk_bytes", [7, 1 << 20])  # the bad byte in a later chunk, or in the first
 def test_a_text_dataset_with_a_byte_that_is_not_utf8_anywhere_is_named_by_line_and_byte(tmp_path: Path, chunk_bytes):
-    from zerokit.foundations.errors import UserError
     from zerokit.sources.data import check_text_files, resolve_source
 
     corpus = tmp_path / "corpus.txt"
@@ -162,3 +162,38 @@ def test_an_empty_output_dir_is_refused_not_read_as_the_working_folder():
     with pytest.raises(UserError, match=r"^--output-dir \(ZEROKIT_OUTPUT_DIR\) is empty: give a folder"):
         parse(["--output-dir", ""])
     assert parse(["--output-dir", "runs/x"])[0].output_dir == Path("runs/x")
+
+
+def test_blank_lines_only_are_refused_and_a_batch_of_them_in_a_corpus_tokenizes_to_nothing(tmp_path: Path):
+    """A file of white space passed the empty-file check and ended every rank in an IndexError: transformers'
+    tokenizers fail on an empty list, which a batch of blank lines left (a long run of them in a real corpus too)."""
+    from transformers import AutoTokenizer
+
+    from zerokit.sources.data import block_functions, check_text_files, resolve_source
+    from zerokit.sources.embedded import prepare_embedded
+
+    blank = tmp_path / "blank.txt"
+    blank.write_text(" \n\n\t\n" * 100)
+    with pytest.raises(UserError, match=f"^dataset {blank} holds only blank lines: give a file with text in it$"):
+        check_text_files(resolve_source(str(blank)))
+    _, folder = prepare_embedded(tmp_path / "embedded")
+    tokenize, group = block_functions(AutoTokenizer.from_pretrained(folder), "text", block_size=4)
+    assert tokenize({"text": ["", "  ", "\t"]}) == {"input_ids": [], "attention_mask": []}
+    assert len(group(tokenize({"text": ["", "the cat sat on the mat and more"]}))["input_ids"]) >= 1
+
+
+def test_a_folder_saved_in_bf16_trains_from_fp32_weights(tmp_path: Path):
+    """transformers 5 loads a folder in the dtype it was saved in: a bf16 folder trained with bf16 weights and
+    optimizer states in an fp32 run, its record saying fp32."""
+    import torch
+    from transformers import AutoConfig, GPT2Config, GPT2LMHeadModel
+
+    from zerokit.train.model.loading import load_model
+    from zerokit.train.options import TrainFlags
+
+    folder = tmp_path / "bf16"
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16)).to(
+        torch.bfloat16
+    ).save_pretrained(folder)
+    model = load_model(TrainFlags(model=str(folder)), AutoConfig.from_pretrained(folder))
+    assert {parameter.dtype for parameter in model.parameters()} == {torch.float32}

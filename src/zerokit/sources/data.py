@@ -80,20 +80,24 @@ def check_text_files(source: DatasetSource, chunk_bytes: int = 1 << 20) -> None:
         return
     if all(Path(f).stat().st_size == 0 for f in source.data_files):
         raise UserError(f"dataset {source.location} is empty: give a file with text in it")
-    for file in source.data_files:
-        check_utf8_text(Path(file), chunk_bytes)
+    has_text = [check_utf8_text(Path(file), chunk_bytes) for file in source.data_files]
+    if not any(has_text):
+        raise UserError(f"dataset {source.location} holds only blank lines: give a file with text in it")
 
 
-def check_utf8_text(path: Path, chunk_bytes: int) -> None:
-    """One file: no NUL byte and no byte that is not UTF-8, each named by line and byte."""
+def check_utf8_text(path: Path, chunk_bytes: int) -> bool:
+    """One file: no NUL byte and no byte that is not UTF-8, each named by line and byte. Whether it holds
+    anything but white space."""
     import codecs
 
     from zerokit.foundations.utf8 import bad_byte, iconv_fix
 
     decoder = codecs.getincrementaldecoder("utf-8")()
     lines, line_start, offset = 0, 0, 0  # newlines before this chunk, the file offset of the current line
+    has_text = False
     with open(path, "rb") as handle:
         while chunk := handle.read(chunk_bytes):
+            has_text = has_text or bool(chunk.strip())
             if (nul := chunk.find(b"\0")) >= 0:
                 raise UserError(
                     f"dataset {path} holds NUL bytes (byte {offset + nul} of the file): it is binary, not text; "
@@ -118,6 +122,7 @@ def check_utf8_text(path: Path, chunk_bytes: int) -> None:
         decoder.decode(b"", final=True)
     except UnicodeDecodeError:
         raise UserError(f"dataset {path} ends in the middle of a UTF-8 character: {iconv_fix(path)}") from None
+    return has_text
 
 
 def check_blocks(blocks, source: str, block_size: int) -> None:
@@ -235,6 +240,8 @@ def block_functions(tokenizer, text_column: str, block_size: int):
 
     def tokenize(batch):
         texts = [t + tokenizer.eos_token for t in batch[text_column] if t and t.strip()]
+        if not texts:  # a batch of blank lines only (transformers' tokenizers fail on an empty list)
+            return {key: [] for key in tokenizer(tokenizer.eos_token)}
         return tokenizer(texts)
 
     def group(batch):

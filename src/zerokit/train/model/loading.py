@@ -63,7 +63,12 @@ def model_config(options: TrainFlags, tokenizer):
 
 def load_model(options: TrainFlags, config):
     """from_pretrained for --model (with model_config's config); else random weights from config; with the
-    speed switches' attention kernel and loss (zerokit.train.model.switches)."""
+    speed switches' attention kernel and loss (zerokit.train.model.switches).
+
+    Weights load in fp32 whatever dtype the folder was saved in: transformers 5 loads a folder in its saved dtype
+    by default, so a bf16 folder trained with bf16 weights and optimizer states where the run's precision (its
+    record's, fp32 or DeepSpeed's bf16 over fp32 master weights) said otherwise."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     from zerokit.train.model.fused_loss import use_fused_loss
@@ -75,7 +80,7 @@ def load_model(options: TrainFlags, config):
             model = from_pretrained_checked(
                 f"--model {options.model}",
                 lambda: AutoModelForCausalLM.from_pretrained(
-                    options.model, config=config, output_loading_info=True, **kwargs
+                    options.model, config=config, dtype=torch.float32, output_loading_info=True, **kwargs
                 ),
             )
         else:
