@@ -4,13 +4,15 @@ fails here in one line, not after minutes of loading.
 Each row has an id, its index in the input (prompts of --prompt, then --prompts-file, then --jsonl, then
 --dataset), which every output row records: `--resume` matches rows by it, and ranks split rows by it.
 
-A line of --prompts-file that is not UTF-8 does not end the run: its row carries the error (where the line stops
-being UTF-8, and the fix), is written as it is, with no answer, and is said once on stderr; the other rows are
-answered. --jsonl and --dataset rows are JSON or CSV, so such a file is refused, in one line naming the byte.
+A line of --prompts-file that is not UTF-8, or an empty prompt (`--prompt ''`, a row's empty field), does not end
+the run: its row carries the error (where the line stops being UTF-8, or where the prompt came from, and the fix),
+is written as it is, with no answer, and is said once on stderr; the other rows are answered. --jsonl and
+--dataset rows are JSON or CSV, so a file of them that is not UTF-8 is refused, in one line naming the byte.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
@@ -30,7 +32,7 @@ class Row:
     max_new_tokens: int
     fields: dict = field(default_factory=dict)  # the row's own fields, kept in its output row
     prompt_tokens: int | None = None  # the prompt's last tokens kept, where cut to fit the context (context.py)
-    error: str | None = None  # why the row has no answer (its line is not UTF-8): written so, never generated
+    error: str | None = None  # why the row has no answer (not UTF-8, an empty prompt): written so, never generated
 
 
 def read_rows(options: GenerateFlags) -> list[Row]:
@@ -63,9 +65,12 @@ def read_rows(options: GenerateFlags) -> list[Row]:
     for index in indices:
         where, fields, text = sources[index]
         if fields is None:
-            rows.append(Row(index, text or "", options.max_new_tokens, error=errors.get(index)))
+            row = Row(index, text or "", options.max_new_tokens, error=errors.get(index))
         else:
-            rows.append(Row(index, fill(template, fields, where), row_limit(fields, where, options), fields))
+            row = Row(index, fill(template, fields, where), row_limit(fields, where, options), fields)
+        if not row.prompt and not row.error:  # no token to continue from (one that ended each rank in a traceback)
+            row = dataclasses.replace(row, error=f"{where}: the prompt is empty: give it text")
+        rows.append(row)
     return rows
 
 

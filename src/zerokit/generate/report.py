@@ -59,7 +59,8 @@ class Report:
         memory = f"peak RSS {data['peak_rss_bytes'] / 2**20:.0f} MiB" + (f", GPU {gpu / 2**20:.0f} MiB" if gpu else "")
         first_text = "-" if first is None else f"{first:.3f}"
         return (
-            f"generate: {self.rows} rows ({self.resumed_rows} resumed) on {self.ranks} rank(s), tp {self.tp_size}, "
+            f"generate: {self.rows} row{'' if self.rows == 1 else 's'} ({self.resumed_rows} resumed) on {self.ranks} "
+            f"rank(s), tp {self.tp_size}, "
             f"in {self.generate_seconds:.1f} s (load {self.load_seconds:.1f} s): "
             f"{data['prompts_per_second']:.2f} prompts/s, {data['generated_tokens_per_second']:.1f} tokens/s, "
             f"first token {first_text} s (median), {memory}; rows in {where}"
