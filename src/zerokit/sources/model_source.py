@@ -81,17 +81,18 @@ def from_pretrained_checked(label: str, load: Callable[[], tuple[Any, dict]]) ->
         ) from None
     finally:
         hf_logging.set_verbosity(verbosity)
-    said = check_loaded_weights(label, info, type(model).__name__, len(model.state_dict()))
+    said = check_loaded_weights(label, info, model)
     if said and os.environ.get("RANK", "0") == "0":
         print(said, file=sys.stderr, flush=True)
     return model
 
 
-def check_loaded_weights(label: str, info: dict, architecture: str, tensors: int) -> str | None:
+def check_loaded_weights(label: str, info: dict, model: Any) -> str | None:
     """The line to say of what from_pretrained found missing (None: nothing); most of a model missing is refused."""
     missing = sorted(info.get("missing_keys") or ())
     if not missing:
         return None
+    architecture, tensors = type(model).__name__, len(model.state_dict())
     if 2 * len(missing) > tensors:
         unexpected = sorted(info.get("unexpected_keys") or ())
         other = f", which hold other names ({unexpected[0]}, ...)" if unexpected else ""
