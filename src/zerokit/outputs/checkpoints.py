@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 from zerokit.foundations.errors import UserError
-from zerokit.outputs.ownership import foreign_entries
+from zerokit.outputs import ownership
 
 PREFIX = "checkpoint"  # the Trainer's PREFIX_CHECKPOINT_DIR
 CHECKPOINT_NAME = re.compile(rf"{PREFIX}-(\d+)")
@@ -46,7 +46,7 @@ def complete_checkpoints(output_dir: Path) -> list[Path]:
     """
     if not output_dir.is_dir():
         return []
-    foreign = foreign_entries(output_dir)
+    foreign = ownership.foreign_entries(output_dir)
     found = [
         (int(match.group(1)), path)
         for path in output_dir.iterdir()
@@ -98,6 +98,33 @@ def resolve_resume(value: str | None, output_dir: Path, notes: list[str] | None 
             "or pass --resume auto (it skips damaged ones)"
         )
     return path
+
+
+def check_output_dir(path: Path, overwrite: bool, resume: str | None) -> None:
+    """Whether a run may write into path: never over a finished run or other files unasked.
+
+    `--resume` writes into a folder only when there is something of this run to continue (a
+    checkpoint, or a run that did not finish); a finished run with no checkpoint is not resumed
+    but replaced, which needs --overwrite.
+    """
+    ownership.check_writable(path, "--output-dir")
+    if path.exists() and not path.is_dir():
+        raise UserError(f"output {path} exists and is a file: pick another --output-dir")
+    if overwrite or not ownership.entries(path):
+        return
+    record = ownership.read_record(path)
+    finished = record.finished if record else (path / "train_results.json").is_file()
+    if resume is not None and (newest_complete_checkpoint(path) or (record and not finished)):
+        return
+    if finished:
+        raise UserError(
+            f"output folder {path} holds a finished run and no checkpoint to resume: pick another --output-dir, "
+            "or pass --overwrite to replace that run's files"
+        )
+    raise UserError(
+        f"output folder {path} exists and is not empty: pick another --output-dir, "
+        "or pass --overwrite to write into it (files that no earlier run wrote are kept)"
+    )
 
 
 def damage(checkpoint: Path) -> str | None:

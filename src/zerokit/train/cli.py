@@ -12,7 +12,6 @@ import os
 import sys
 import textwrap
 from collections.abc import Mapping, MutableMapping
-from pathlib import Path
 from typing import NoReturn
 
 from zerokit.foundations.errors import UserError
@@ -100,84 +99,35 @@ def check_fine_tuning(options: TrainFlags) -> None:
         raise UserError("--merge needs --lora and a pretrained --model (the base the adapter is merged into)")
 
 
-def check_hub_inputs(options: TrainFlags) -> None:
-    """Offline (the default): Hub names must be in the cache; fail now, in one line, naming `prepare`."""
-    from zerokit.sources import offline
-    from zerokit.sources.model_source import is_path, require_model_folder, require_tokenizer_folder, require_weights
-
-    if options.model and is_path(options.model):
-        require_model_folder("--model", options.model)
-        if not options.from_scratch:
-            require_weights("--model", options.model)
-        if not options.tokenizer:  # the tokenizer is the model folder's: transformers 5 would make one up
-            fix = "give --tokenizer FOLDER (the tokenizer the model was trained with), or save it into the folder"
-            require_tokenizer_folder("--model", options.model, fix)
-    if options.tokenizer and is_path(options.tokenizer):
-        require_tokenizer_folder("--tokenizer", options.tokenizer)
-    if options.online:
-        return
-    offline.go_offline(os.environ)
-    if not offline.is_offline(os.environ):
-        return
-    if options.model:
-        offline.require_cached_model(options.model)
-    if options.tokenizer:
-        offline.require_cached_tokenizer(options.tokenizer)
-    if options.dataset:
-        from zerokit.sources.data import resolve_source
-
-        if resolve_source(options.dataset).kind == "hub":
-            offline.require_cached_dataset(options.dataset)
-
-
-def check_output_dir(path: Path, overwrite: bool, resume: str | None) -> None:
-    """Whether this run may write into path: never over a finished run or other files unasked.
-
-    `--resume` writes into a folder only when there is something of this run to continue (a
-    checkpoint, or a run that did not finish); a finished run with no checkpoint is not resumed
-    but replaced, which needs --overwrite.
-    """
-    from zerokit.outputs import ownership
-    from zerokit.outputs.checkpoints import newest_complete_checkpoint
-
-    ownership.check_writable(path, "--output-dir")
-    if path.exists() and not path.is_dir():
-        raise UserError(f"output {path} exists and is a file: pick another --output-dir")
-    if overwrite or not ownership.entries(path):
-        return
-    record = ownership.read_record(path)
-    finished = record.finished if record else (path / "train_results.json").is_file()
-    if resume is not None and (newest_complete_checkpoint(path) or (record and not finished)):
-        return
-    if finished:
-        raise UserError(
-            f"output folder {path} holds a finished run and no checkpoint to resume: pick another --output-dir, "
-            "or pass --overwrite to replace that run's files"
-        )
-    raise UserError(
-        f"output folder {path} exists and is not empty: pick another --output-dir, "
-        "or pass --overwrite to write into it (files that no earlier run wrote are kept)"
-    )
-
-
-def check_other_folders(options: TrainFlags) -> None:
-    """The other folders a run writes into, found now, not when it writes there: --timings-dir at the end of
-    training (before the model is saved), the memory checkpoints' folder at the first memory checkpoint."""
-    from zerokit.outputs import ownership
+def check_folders_and_inputs(options: TrainFlags) -> None:
+    """The folders the run writes into and the inputs it reads, found now, not when it gets there: --output-dir
+    (zerokit.outputs.checkpoints.check_output_dir), --timings-dir (written at the end of training, before the model
+    is saved) and the memory checkpoints' folder (at the first memory checkpoint); then --model, --tokenizer and
+    --dataset (zerokit.sources.run_inputs: offline, the default, a Hub name must be in the cache)."""
+    from zerokit.outputs.checkpoints import check_output_dir
+    from zerokit.outputs.ownership import check_writable
+    from zerokit.sources.run_inputs import check_inputs
     from zerokit.train.checkpoints.node_copies.store import DEFAULT_ROOT
 
+    check_output_dir(options.output_dir, options.overwrite, options.resume)
     if options.timings_dir is not None:
-        ownership.check_writable(options.timings_dir, "--timings-dir")
+        check_writable(options.timings_dir, "--timings-dir")
     if options.memory_checkpoints:
-        ownership.check_writable(options.memory_checkpoint_dir or DEFAULT_ROOT, "--memory-checkpoint-dir")
+        check_writable(options.memory_checkpoint_dir or DEFAULT_ROOT, "--memory-checkpoint-dir")
+    check_inputs(
+        options.model,
+        options.tokenizer,
+        options.dataset,
+        from_scratch=options.from_scratch,
+        online=options.online,
+        environ=os.environ,
+    )
 
 
 def main(argv: list[str]) -> int:
     options, hf_argv = parse(argv)
     # Every rank checks before the rendezvous; nothing is written to the output folder before it.
-    check_output_dir(options.output_dir, options.overwrite, options.resume)
-    check_other_folders(options)
-    check_hub_inputs(options)
+    check_folders_and_inputs(options)
     layout = check_layout(options, os.environ)
     if options.ds_config:  # against DeepSpeed's own keys: imports it (seconds), so after the checks that need no torch
         check_ds_config(options.ds_config, pipelined=options.pp_size is not None)
