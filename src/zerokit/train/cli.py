@@ -21,7 +21,7 @@ from zerokit.train.hf_flags import check_hf_flags
 from zerokit.train.model.lora import parse_lora
 from zerokit.train.model.switches import check_speed_switches
 from zerokit.train.options import EMBEDDED_DIFFERENCE, HF_DIFFERENCES, TrainFlags
-from zerokit.train.parallel import pipeline_parallel
+from zerokit.train.parallel import pipeline_parallel, sequence_parallel
 from zerokit.train.parallel.layout import ParallelLayout
 from zerokit.train.parallel.tensor_parallel import check_config, check_model_type
 from zerokit.train.run import train
@@ -60,6 +60,7 @@ def parse(
     check_config(options.tp_size, options.config, options.ds_settings)  # a missing or broken one fails now too
     model_type = "gpt2" if options.embedded else options.model_type or ""  # --model's is read in the ranks
     check_model_type(options.tp_size, model_type, embedded=options.embedded)
+    sequence_parallel.check_options(options)
     pipeline_parallel.check_options(options)
     check_speed_switches(options)
     check_micro_batch(options, hf_argv)
@@ -165,7 +166,7 @@ def check_layout(options: TrainFlags, environ: MutableMapping[str, str]) -> Para
         world = int(environ["WORLD_SIZE"])
         per_node = int(environ.get("LOCAL_WORLD_SIZE") or world)
         source = "WORLD_SIZE, LOCAL_WORLD_SIZE"
-    return ParallelLayout.check(world, per_node, source, tp=options.tp_size, pp=options.pp_size)
+    return ParallelLayout.check(world, per_node, source, tp=options.tp_size, pp=options.pp_size, sp=options.sp_size)
 
 
 def _without_nproc(argv: list[str]) -> list[str]:

@@ -154,6 +154,14 @@ class TrainFlags:
         help="pipeline parallelism: the model cut into N stages, trained by DeepSpeed's pipeline engine with ZeRO-1 "
         "data parallelism over the world / N replicas (Llama family and GPT-2; --config zero1)",
     )
+    sp_size: int = flag(
+        "--sp-size",
+        default=1,
+        check=values.count,
+        metavar="N",
+        help="sequence parallelism: DeepSpeed Ulysses splits each block's tokens over groups of N ranks (each holds "
+        "1/N of the activations; the N ranks share a batch); the world / N groups are data-parallel (ZeRO 1-3)",
+    )
     resume: str | None = flag(
         "--resume", metavar="auto|PATH", help="resume from a checkpoint; auto: the newest complete one, if any"
     )

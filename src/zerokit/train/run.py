@@ -28,6 +28,7 @@ from zerokit.train.options import (
     given_fields,
     training_defaults,
 )
+from zerokit.train.parallel import sequence_parallel
 from zerokit.train.parallel.layout import ParallelLayout
 from zerokit.train.parallel.tensor_parallel import check_model
 from zerokit.train.sizing.memory_check import check_memory
@@ -100,6 +101,8 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
         resharded.convert_once(args.process_index)  # rank 0, once, where the checkpoint has no universal form yet
     check_limits(options, tokenizer, config, prepared)  # every rank alike, before anything is written or loaded
     check_model(options.tp_size, config)
+    sequence_parallel.check_model(options.sp_size, config)
+    sequence_parallel.check_ranks(options.sp_size, layout.world, on_gpu)
     numbers = check_memory(options, args, config, layout.world, on_gpu)  # before the model is built
     if memory is not None:  # every rank alike, as check_memory
         from zerokit.train.checkpoints.node_copies.store import check_room, copies_need, copy_bytes
@@ -119,6 +122,9 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
     datasets = load_datasets(options, tokenizer, model, args, prepared)
     if not pipelined:  # the stages' engine takes neither flag (zerokit.train.engines.pipeline_engine)
         check_full_batches(datasets, args, layout.dp, micro_batch_chosen=bool(options.micro_batch))
+    if layout.sp > 1 and datasets.get("validation") is not None:
+        batch = args.per_device_eval_batch_size
+        datasets["validation"] = sequence_parallel.whole_eval_batches(datasets["validation"], batch, notes)
     mark("data")
     micro_batch = None
     if options.micro_batch:  # the largest that fits, with the model and data in memory (sizing.micro_probe)
@@ -136,7 +142,8 @@ def train(options: TrainFlags, layout: ParallelLayout, training_flags: Sequence[
         from zerokit.train.callbacks.step_clock import StepClock
 
         shared = layout.model_parallel  # ranks per data-parallel replica
-        whole = model.num_parameters() if shared > 1 else None  # before AutoTP or the stages split it
+        split = layout.tp * (layout.pp or 1) > 1  # sequence parallel splits the tokens, not the model
+        whole = model.num_parameters() if split else None  # before AutoTP or the stages split it
         tokens = block_length(datasets["train"])
         clock = StepClock(
             options.timings_dir, tokens_per_sample=tokens, model_parallel=shared, parameters=whole, saves=saves
@@ -236,6 +243,10 @@ def training_arguments(
     if options.streaming and args.max_steps <= 0:
         raise UserError("--streaming has no length to plan epochs from: pass --max_steps N")
     check_config_matches(options, args)
+    if options.sp_size > 1:  # the Trainer takes it from its arguments, not from a flag
+        args.parallelism_config = sequence_parallel.parallelism_config(
+            options.sp_size, args.world_size, options.attn_implementation
+        )
     return args
 
 

@@ -17,6 +17,7 @@ class TrainerEngine:
         from zerokit.foundations.startup_marks import mark
         from zerokit.train.callbacks.finite_loss import FiniteLossGuard
         from zerokit.train.engines.hf_trainer import ZerokitTrainer
+        from zerokit.train.parallel.sequence_parallel import collate
 
         self.resume = run.resume
         self.trainer = ZerokitTrainer(
@@ -26,7 +27,7 @@ class TrainerEngine:
             train_dataset=run.datasets["train"],
             eval_dataset=run.datasets["validation"],
             processing_class=run.tokenizer,
-            data_collator=default_data_collator,
+            data_collator=default_data_collator if run.layout.sp == 1 else collate(run.layout.sp),
             callbacks=run.callbacks,
             saves=run.saves,
             memory=run.memory,

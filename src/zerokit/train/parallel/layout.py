@@ -1,6 +1,7 @@
-"""How a run's ranks divide: tp x pp x dp (torchtitan's ParallelDims), checked once against the world.
+"""How a run's ranks divide: tp x sp x pp x dp (torchtitan's ParallelDims), checked once against the world.
 
 Tensor parallelism (`--tp-size`, zerokit.train.parallel.tensor_parallel) puts tp consecutive ranks in a group;
+sequence parallelism (`--sp-size`, zerokit.train.parallel.sequence_parallel) sp consecutive ranks, who share a batch;
 pipeline parallelism (`--pp-size`, zerokit.train.parallel.pipeline_parallel) puts dp consecutive ranks in a stage. `pp`
 is None without `--pp-size`: the Trainer trains; with it, even `--pp-size 1`, DeepSpeed's pipeline engine does
 (and tp is 1: `pipeline_parallel.check_options` refuses `--tp-size` with it). A layout the ranks cannot take is
@@ -16,23 +17,27 @@ from zerokit.foundations.errors import UserError
 
 @dataclass(frozen=True)
 class ParallelLayout:
-    """tp ranks per tensor-parallel group x pp pipeline stages (None: no pipeline engine) x dp data-parallel ranks."""
+    """tp ranks per tensor-parallel group x sp per sequence-parallel group x pp pipeline stages (None: no pipeline
+    engine) x dp data-parallel ranks."""
 
     tp: int = 1
     pp: int | None = None
     dp: int = 1
+    sp: int = 1
 
     @property
     def model_parallel(self) -> int:
-        """The ranks that share one copy of the model: those of a data-parallel replica."""
-        return self.tp * (self.pp or 1)
+        """The ranks that share one stream of batches: those of a data-parallel replica."""
+        return self.tp * self.sp * (self.pp or 1)
 
     @property
     def world(self) -> int:
         return self.model_parallel * self.dp
 
     @classmethod
-    def check(cls, world: int, per_node: int, source: str, *, tp: int = 1, pp: int | None = None) -> ParallelLayout:
+    def check(
+        cls, world: int, per_node: int, source: str, *, tp: int = 1, pp: int | None = None, sp: int = 1
+    ) -> ParallelLayout:
         """The layout of world ranks, per_node on each node, in groups of tp and pp stages; source names where the
         counts came from (the flag or the variables) for the one-line refusal.
 
@@ -52,18 +57,32 @@ class ParallelLayout:
                     f"--tp-size {tp} does not divide the {world} ranks ({source}): "
                     f"pick a --tp-size that divides {world}"
                 )
+        if sp > 1:
+            if world == 1:
+                raise UserError(f"--sp-size {sp} needs {sp} ranks at least, this run has 1: add --nproc-per-node {sp}")
+            if world % sp:
+                raise UserError(
+                    f"--sp-size {sp} does not divide the {world} ranks ({source}): "
+                    f"pick a --sp-size that divides {world}"
+                )
         if pp is not None and world % (tp * pp):
             raise UserError(
                 f"--pp-size {pp} does not divide the {world} ranks ({source}): each stage needs the same number "
                 f"of data-parallel ranks; pick a --pp-size that divides {world}"
             )
-        return cls(tp=tp, pp=pp, dp=world // (tp * (pp or 1)))
+        return cls(tp=tp, pp=pp, dp=world // (tp * sp * (pp or 1)), sp=sp)
 
     def describe(self, micro_batch: int, accumulation: int) -> str:
         """The start-up line: the layout and the global batch it makes (samples per optimizer step)."""
         ranks = self.world
         plural = "s" if ranks > 1 else ""
         batch = micro_batch * accumulation * self.dp
+        if self.sp > 1:
+            return (
+                f"zerokit: {ranks} ranks = sequence parallel {self.sp} x data parallel {self.dp}; global batch {batch} "
+                f"= {micro_batch} per group x {self.dp} data-parallel x {accumulation} accumulation (the {self.sp} "
+                f"ranks of a group share a batch, each 1/{self.sp} of its tokens)"
+            )
         if self.pp is None:
             return (
                 f"zerokit: {ranks} rank{plural} = tensor parallel {self.tp} x data parallel {self.dp}; "
@@ -84,6 +103,8 @@ class ParallelLayout:
 
     def as_record(self) -> dict[str, int]:
         """zerokit-run.json's "parallelism" (and a pipeline checkpoint's layout file): the sizes this engine has."""
+        if self.sp > 1:
+            return {"sp_size": self.sp, "dp_size": self.dp}
         if self.pp is None:
             return {"tp_size": self.tp, "dp_size": self.dp}
         return {"pp_size": self.pp, "dp_size": self.dp}
