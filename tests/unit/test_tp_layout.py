@@ -21,6 +21,9 @@ def test_ranks_divide_into_tensor_parallel_groups_within_a_node():
 def test_the_start_up_line_says_the_layout_and_the_global_batch():
     line = ParallelLayout(tp=2, dp=3).describe(micro_batch=8, accumulation=2)
     assert line.startswith("zerokit: 6 ranks = tensor parallel 2 x data parallel 3; global batch 48 = 8 per rank")
+    assert line.endswith("x 2 accumulation (the 2 ranks of a group share a batch)")
+    plain = ParallelLayout(dp=2).describe(micro_batch=4, accumulation=1)  # no group of one rank sharing anything
+    assert plain.endswith("global batch 8 = 4 per rank x 2 data-parallel x 1 accumulation")
 
 
 def test_a_model_must_split_evenly():

@@ -84,10 +84,11 @@ class ParallelLayout:
                 f"ranks of a group share a batch, each 1/{self.sp} of its tokens)"
             )
         if self.pp is None:
+            shared = f" (the {self.tp} ranks of a group share a batch)" if self.tp > 1 else ""
             return (
                 f"zerokit: {ranks} rank{plural} = tensor parallel {self.tp} x data parallel {self.dp}; "
                 f"global batch {batch} = {micro_batch} per rank x {self.dp} data-parallel x {accumulation} "
-                f"accumulation (the {self.tp} ranks of a group share a batch)"
+                f"accumulation{shared}"
             )
         line = (
             f"zerokit: {ranks} rank{plural} = pipeline {self.pp} stage{'s' if self.pp > 1 else ''} "
