@@ -10,7 +10,9 @@ refused in one line naming the fix, before torch (zerokit.train.cli).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from zerokit.foundations.errors import UserError
 
@@ -45,26 +47,16 @@ class ParallelLayout:
         still starting when launch stops the others on the first one's exit would never print an every-rank error.
         """
         if tp > 1:
-            if world == 1:
-                raise UserError(f"--tp-size {tp} needs {tp} ranks at least, this run has 1: add --nproc-per-node {tp}")
+            _check_enough_ranks("--tp-size", tp, world)
             if per_node % tp:
                 raise UserError(
                     f"--tp-size {tp} does not divide the {per_node} ranks per node ({source}): a tensor-parallel "
                     f"group must lie within one node; pick a --tp-size that divides {per_node}"
                 )
-            if world % tp:
-                raise UserError(
-                    f"--tp-size {tp} does not divide the {world} ranks ({source}): "
-                    f"pick a --tp-size that divides {world}"
-                )
+            _check_divides("--tp-size", tp, world, source)
         if sp > 1:
-            if world == 1:
-                raise UserError(f"--sp-size {sp} needs {sp} ranks at least, this run has 1: add --nproc-per-node {sp}")
-            if world % sp:
-                raise UserError(
-                    f"--sp-size {sp} does not divide the {world} ranks ({source}): "
-                    f"pick a --sp-size that divides {world}"
-                )
+            _check_enough_ranks("--sp-size", sp, world)
+            _check_divides("--sp-size", sp, world, source)
         if pp is not None and world % (tp * pp):
             raise UserError(
                 f"--pp-size {pp} does not divide the {world} ranks ({source}): each stage needs the same number "
@@ -109,3 +101,24 @@ class ParallelLayout:
         if self.pp is None:
             return {"tp_size": self.tp, "dp_size": self.dp}
         return {"pp_size": self.pp, "dp_size": self.dp}
+
+
+def _check_enough_ranks(flag: str, size: int, world: int) -> None:
+    """A group of size ranks in a run of one: refused, naming the --nproc-per-node that makes one."""
+    if world == 1:
+        raise UserError(f"{flag} {size} needs {size} ranks at least, this run has 1: add --nproc-per-node {size}")
+
+
+def _check_divides(flag: str, size: int, world: int, source: str) -> None:
+    """Groups of size ranks that do not fill the world evenly: refused, naming where the world came from."""
+    if world % size:
+        raise UserError(
+            f"{flag} {size} does not divide the {world} ranks ({source}): pick a {flag} that divides {world}"
+        )
+
+
+def refuse_unserved(flag: str, size: int, unserved: dict[str, Callable[[Any], bool]], options: Any, runs: str) -> None:
+    """The first option in unserved (flag -> whether options give it) that runs of this kind do not take yet."""
+    for name, given in unserved.items():
+        if given(options):
+            raise UserError(f"{flag} {size} with {name}: {runs} do not take {name} yet; drop one of them")

@@ -12,6 +12,7 @@ fix: the options (`check_options`, before torch); the rank counts are the run's 
 from __future__ import annotations
 
 from zerokit.foundations.errors import UserError
+from zerokit.train.parallel.layout import refuse_unserved
 
 # zerokit options the pipeline loop does not serve: flag -> whether it is given.
 UNSERVED = {
@@ -27,9 +28,7 @@ def check_options(options) -> None:
     pp = options.pp_size
     if pp is None:
         return
-    for name, given in UNSERVED.items():
-        if given(options):
-            raise UserError(f"--pp-size {pp} with {name}: pipeline runs do not take {name} yet; drop one of them")
+    refuse_unserved("--pp-size", pp, UNSERVED, options, "pipeline runs")
     if options.ds_settings is None:
         raise UserError(f"--pp-size {pp} needs DeepSpeed (its pipeline engine trains the stages): --config zero1")
     stage = options.ds_settings.zero_stage

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zerokit.foundations.errors import UserError
+from zerokit.train.parallel.layout import refuse_unserved
 from zerokit.train.parallel.tensor_parallel import LayoutRefused
 
 # The attention kernels UlyssesSPAttentionHF wraps (accelerate's DeepSpeedSequenceParallelConfig); sdpa is the default.
@@ -41,9 +42,7 @@ def check_options(options) -> None:
     sp = options.sp_size
     if sp == 1:
         return
-    for name, given in UNSERVED.items():
-        if given(options):
-            raise UserError(f"--sp-size {sp} with {name}: sequence-parallel runs do not take {name} yet; drop one")
+    refuse_unserved("--sp-size", sp, UNSERVED, options, "sequence-parallel runs")
     if options.ds_settings is None:
         raise UserError(f"--sp-size {sp} needs DeepSpeed (Ulysses is its sequence parallelism): drop --config none")
     attention = options.attn_implementation
